@@ -1,0 +1,1 @@
+"""Audit log of restart-controller actions (drain, requeue, exclude...), dry-run or real."""

@@ -1,0 +1,1 @@
+"""HTTP layer: app factory, error handling, dependencies, metrics."""

@@ -1,0 +1,73 @@
+"""Exception handlers: one JSON error shape for every 4xx/5xx the service can produce."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import AppError
+
+log = logging.getLogger("logdx.api")
+
+_HTTP_CODES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
+    415: "unsupported_media_type", 422: "invalid_input", 429: "too_many_requests",
+    503: "unavailable",
+}
+
+
+def error_body(code: str, message: str, detail: Any = None) -> dict:
+    return {"error": {"code": code, "message": message, "detail": detail}}
+
+
+def error_response(status: int, code: str, message: str, detail: Any = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(code, message, detail), status_code=status, headers=headers)
+
+
+def _jsonable_errors(exc: RequestValidationError) -> list[dict]:
+    out = []
+    for err in exc.errors():
+        item = {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
+        out.append(item)
+    return out
+
+
+async def _app_error(_: Request, exc: AppError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    return error_response(exc.status_code, exc.code, exc.message, exc.detail, headers)
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = _jsonable_errors(exc)
+    body_problem = any(e["type"] == "json_invalid" for e in errors)
+    message = "request body is not valid JSON" if body_problem else "request does not match the schema"
+    return error_response(422, "invalid_input", message, errors)
+
+
+async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    status = exc.status_code
+    code = _HTTP_CODES.get(status, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(status).phrase
+    if status == 404 and message == "Not Found":
+        message = "no such route"
+    return error_response(status, code, message, None, getattr(exc, "headers", None))
+
+
+async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(500, "internal_error", "internal server error", None)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(AppError, _app_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unhandled)

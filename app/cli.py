@@ -1,0 +1,201 @@
+"""The `logdx` command line. Exit codes: 0 success, 2 usage or bad input, 3 internal error."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from app.core.ingest import InputError
+from app.core.rules import RuleError, check_examples, load_rules
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    click.echo(f"logdx: {message}", err=True)
+    sys.exit(code)
+
+
+def _pipeline(rules_dir: str | None):
+    from app.core.pipeline import Pipeline
+
+    try:
+        return Pipeline(rules_dir=rules_dir)
+    except RuleError as exc:
+        _fail(f"bad rules: {exc}")
+
+
+@contextmanager
+def _progress(source: str):
+    """A byte progress bar on stderr for big inputs, only when stderr is a terminal."""
+    size = Path(source).stat().st_size if source != "-" and Path(source).is_file() else 0
+    if not sys.stderr.isatty() or size < PROGRESS_MIN_BYTES:
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TransferSpeedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), TransferSpeedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("reading", total=size)
+        # decompressed bytes may exceed the file size for gz/zst; the bar just fills up
+        yield lambda n: bar.advance(task, n)
+
+
+def _run(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except InputError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # last resort: one line, no traceback, distinct exit code
+        _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL)
+
+
+@click.group()
+@click.version_option(package_name="logdx")
+def cli() -> None:
+    """logdx: find why an LLM training job failed, from its log."""
+
+
+@cli.command()
+@click.argument("log")
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis JSON contract.")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+def diagnose(log: str, as_json: bool, rules_dir: str | None) -> None:
+    """Diagnose LOG (a path, or - for stdin; plain, gz or zst)."""
+    pipeline = _pipeline(rules_dir)
+
+    def go() -> None:
+        with _progress(log) as tick:
+            result = pipeline.diagnose(log, on_progress=tick)
+        if as_json:
+            click.echo(json.dumps(result.diagnosis.to_json_dict(), indent=2, ensure_ascii=False))
+        else:
+            _print_summary(result.diagnosis)
+
+    _run(go)
+
+
+def _print_summary(d) -> None:
+    con = Console()
+    rc = d.root_cause
+    con.print(f"[bold red]{rc.error_type.value}[/] ({rc.category.value}), confidence {rc.confidence:.2f}")
+    con.print(rc.explanation)
+    for ev in rc.evidence[:3]:
+        where = " ".join(x for x in (f"rank {ev.rank}" if ev.rank is not None else "",
+                                     f"host {ev.host}" if ev.host else "") if x)
+        con.print(f"  line {ev.line}{' (' + where + ')' if where else ''}: {ev.text[:300]}", highlight=False,
+                  markup=False)
+    a = d.action
+    con.print(f"[bold]Action:[/] {a.kind.value}" + (f"  suspect hosts: {', '.join(a.suspect_hosts)}" if a.suspect_hosts else "")
+              + (f"  suspect ranks: {', '.join(map(str, a.suspect_ranks))}" if a.suspect_ranks else ""))
+    con.print(f"  {a.reason}", markup=False)
+    if d.co_occurring:
+        table = Table("co-occurring", "role", "count", "first line")
+        for c in d.co_occurring:
+            table.add_row(c.error_type.value, c.role, str(c.count), str(c.first_line))
+        con.print(table)
+    if d.last_progress:
+        con.print(f"Last progress: line {d.last_progress.line}, step {d.last_progress.step}, time {d.last_progress.time}")
+    s = d.compression
+    con.print(f"Compression: {s.lines_in} lines -> {s.lines_kept} kept ({s.templates} templates), ratio {s.ratio}x")
+    for note in d.notes:
+        con.print(f"[yellow]note:[/] {note}", markup=True, highlight=False)
+
+
+@cli.command()
+@click.argument("log")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the compressed log here.")
+@click.option("--stats", is_flag=True, help="Print compression statistics as JSON on stderr.")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+def compress(log: str, output: str | None, stats: bool, rules_dir: str | None) -> None:
+    """Compress LOG: drop metric lines, fold repeats, keep errors with context."""
+    pipeline = _pipeline(rules_dir)
+
+    def go() -> None:
+        with _progress(log) as tick:
+            result = pipeline.compress(log, on_progress=tick)
+        if output:
+            Path(output).write_text(result.text, encoding="utf-8")
+        else:
+            click.echo(result.text, nl=False)
+        if stats:
+            click.echo(json.dumps(result.stats.model_dump(mode="json"), indent=2), err=True)
+
+    _run(go)
+
+
+@cli.group()
+def rules() -> None:
+    """Inspect and test the rule library."""
+
+
+@rules.command("test")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+def rules_test(rules_dir: str | None) -> None:
+    """Run every rule's match/no_match examples."""
+    try:
+        rs = load_rules(rules_dir)
+    except RuleError as exc:
+        _fail(f"bad rules: {exc}")
+    failures = check_examples(rs)
+    n = sum(len(r.spec.examples.match) + len(r.spec.examples.no_match) for r in [*rs.diagnosis, *rs.filters])
+    for f in failures:
+        want = "should match" if f.expected_match else "should not match"
+        click.echo(f"FAIL {f.source}: {f.rule_id} {want}: {f.example}")
+    click.echo(f"{len(rs.diagnosis)} diagnosis rules, {len(rs.filters)} filter rules, {len(rs.policies)} policies; "
+               f"{n - len(failures)}/{n} examples pass (rules version {rs.version})")
+    sys.exit(1 if failures else 0)
+
+
+@rules.command("explain")
+@click.argument("line")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+def rules_explain(line: str, rules_dir: str | None) -> None:
+    """Show which rules match LINE, with their captured groups."""
+    try:
+        rs = load_rules(rules_dir)
+    except RuleError as exc:
+        _fail(f"bad rules: {exc}")
+    found = False
+    for rule in [*rs.diagnosis, *rs.filters]:
+        m = rule.regex.search(line, timeout=1.0)
+        if not m:
+            continue
+        found = True
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        spec = rule.spec
+        kind = f"diagnosis {spec.error_type.value} role={spec.role.value} priority={rule.priority}" \
+            if hasattr(spec, "error_type") else f"filter {spec.filter.value}"
+        click.echo(f"{rule.id} [{rule.source}] {kind} groups={json.dumps(groups)}")
+    if not found:
+        click.echo("no rule matches")
+
+
+def _register_extensions() -> None:
+    try:
+        from app.service_cli import register
+    except ImportError:
+        return
+    register(cli)
+
+
+def main() -> None:
+    _register_extensions()
+    cli(prog_name="logdx")
+
+
+if __name__ == "__main__":
+    main()

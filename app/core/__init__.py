@@ -1,0 +1,1 @@
+"""Pure pipeline stages: ingest -> compress -> diagnose -> act. No web or DB imports here."""

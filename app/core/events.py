@@ -1,0 +1,144 @@
+"""Typed error events: rule occurrences aggregated per rule, plus events derived from metrics."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from app.core.compress import CompressedLog, MetricPoint, Occurrence
+from app.core.types import ActionKind, Category, ErrorType, Role
+
+NAN_PRIORITY = 70
+SPIKE_PRIORITY = 45
+SPIKE_FACTOR = 2.5
+SPIKE_MIN_JUMP = 1.0
+SPIKE_WINDOW = 20
+
+
+@dataclass
+class ErrorEvent:
+    """All lines one rule matched (or one metric finding), with the first as lead evidence."""
+
+    id: str
+    error_type: ErrorType
+    category: Category
+    role: Role
+    priority: int
+    rule_id: str
+    first_line: int
+    count: int
+    text: str
+    occurrences: list[Occurrence] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    gpus: set[str] = field(default_factory=set)
+    xids: set[int] = field(default_factory=set)
+    action: ActionKind | None = None
+    hint: str | None = None
+    chained: bool = False  # raised while handling / because of an earlier exception
+    first_rank: int | None = None
+    first_host: str | None = None
+    spike_index: int | None = None
+
+
+def _canonical(name: str | None) -> ErrorType | None:
+    if not name:
+        return None
+    short = name.rsplit(".", 1)[-1]
+    try:
+        return ErrorType(short)
+    except ValueError:
+        return None
+
+
+def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
+    """Group rule occurrences into events (one per rule and resolved type), in line order."""
+    by_key: dict[tuple[str, str], ErrorEvent] = {}
+    for occ in sorted(log.occurrences, key=lambda o: o.line):
+        spec = occ.rule.spec
+        etype = spec.error_type
+        if spec.type_from_group:
+            etype = _canonical(occ.groups.get(spec.type_from_group)) or etype
+        category = spec.category or occ.rule.category
+        if etype != spec.error_type and spec.category is None:
+            from app.core.types import default_category
+            category = default_category(etype)
+        key = (occ.rule.id, etype.value)
+        ev = by_key.get(key)
+        if ev is None:
+            role, priority = spec.role, occ.rule.priority
+            ev = ErrorEvent(
+                id="", error_type=etype, category=category, role=role, priority=priority,
+                rule_id=occ.rule.id, first_line=occ.line, count=0, text=occ.text,
+                action=spec.action, hint=spec.hint, first_rank=occ.rank, first_host=occ.host)
+            by_key[key] = ev
+        ev.count += 1
+        if len(ev.occurrences) < 50:
+            ev.occurrences.append(occ)
+        if occ.rank is not None:
+            ev.ranks.add(occ.rank)
+        if occ.host:
+            ev.hosts.add(occ.host)
+        if occ.groups.get("gpu"):
+            ev.gpus.add(occ.groups["gpu"])
+        if (x := occ.groups.get("xid")) and x.isdigit():
+            ev.xids.add(int(x))
+        if occ.after_chain_marker and ev.count == 1:
+            ev.chained = True
+    # the uncapped per-rule counts (occurrences are capped)
+    for ev in by_key.values():
+        total = log.rule_counts.get(ev.rule_id, ev.count)
+        if len([e for e in by_key.values() if e.rule_id == ev.rule_id]) == 1:
+            ev.count = max(ev.count, total)
+    events = sorted(by_key.values(), key=lambda e: e.first_line)
+    events.extend(_metric_events(log))
+    events.sort(key=lambda e: e.first_line)
+    for i, ev in enumerate(events, 1):
+        ev.id = f"e{i}"
+    return events
+
+
+def _metric_events(log: CompressedLog) -> list[ErrorEvent]:
+    out: list[ErrorEvent] = []
+    if log.nan_points:
+        first = log.nan_points[0]
+        out.append(ErrorEvent(
+            id="", error_type=ErrorType.NaNLoss, category=Category.FRAMEWORK, role=Role.CAUSE,
+            priority=NAN_PRIORITY, rule_id="metrics.nan-loss", first_line=first.line,
+            count=len(log.nan_points), text=_line_text(log, first), hint="loss or grad norm became NaN/inf"))
+    spike = find_loss_spike(log.metrics)
+    if spike is not None:
+        idx, point, baseline = spike
+        first_step = next((p.step for p in log.metrics if p.step is not None), None)
+        since_start = (point.step - first_step) if (point.step is not None and first_step is not None) else idx
+        out.append(ErrorEvent(
+            id="", error_type=ErrorType.LossSpike, category=Category.FRAMEWORK, role=Role.CAUSE,
+            priority=SPIKE_PRIORITY, rule_id="metrics.loss-spike", first_line=point.line, count=1,
+            text=_line_text(log, point),
+            hint=f"loss {point.values['loss']:.4g} vs recent median {baseline:.4g}",
+            spike_index=since_start))
+    return out
+
+
+def _line_text(log: CompressedLog, point: MetricPoint) -> str:
+    if point.text:
+        return point.text
+    vals = ", ".join(f"{k}={v:.6g}" for k, v in point.values.items())
+    return f"[metric] step={point.step} {vals}"
+
+
+def find_loss_spike(points: list[MetricPoint]) -> tuple[int, MetricPoint, float] | None:
+    """First point whose loss jumps well above the median of the preceding window."""
+    series = [(i, p) for i, p in enumerate(p for p in points if "loss" in p.values)]
+    losses: list[float] = []
+    for i, p in series:
+        loss = p.values["loss"]
+        if math.isnan(loss) or math.isinf(loss):
+            continue
+        if len(losses) >= 2:
+            base = statistics.median(losses[-SPIKE_WINDOW:])
+            if base > 0 and loss > base * SPIKE_FACTOR and loss - base > SPIKE_MIN_JUMP:
+                return i, p, base
+        losses.append(loss)
+    return None

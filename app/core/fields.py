@@ -1,0 +1,64 @@
+"""Generic field extraction from a log line: rank, host, timestamp, and line masking for folding.
+
+Rules capture `rank`/`host` themselves where their format carries them; these extractors fill the
+gaps from the common prefixes launchers add (`[rank3]:`, `[Rank 3]`, `3: ` from `srun -l`,
+`node-12: ` from pdsh/srun, NCCL's `host:pid:tid [local]`, syslog's `Mon DD HH:MM:SS host`).
+"""
+
+from __future__ import annotations
+
+import regex
+
+_RANK_RES = [
+    regex.compile(r"^\[(?:rank|Rank|RANK)\s?(\d{1,6})\]"),
+    regex.compile(r"\[(?:Rank|rank)\s(\d{1,6})\]"),
+    regex.compile(r"^\[default(\d{1,6})\]:"),
+    regex.compile(r"\b(?:global_rank|rank)[=:]\s?(\d{1,6})\b"),
+    regex.compile(r"^(?:[A-Za-z][\w.-]*:\s)?(\d{1,5}):\s"),
+]
+_HOST_TOKEN = r"[A-Za-z][A-Za-z0-9_-]*(?:\d[A-Za-z0-9_-]*|-[A-Za-z0-9_-]+)(?:\.[A-Za-z0-9_-]+)*"
+_HOST_RES = [
+    # syslog / journald: "Jul 14 03:12:55 node-12 kernel: ..."
+    regex.compile(r"^[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
+    # NCCL: "node-12:1234:5678 [3] NCCL ..."
+    regex.compile(r"^(?:\[\d+\])?(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
+    # pdsh / srun label: "node-12: ..."
+    regex.compile(r"^(" + _HOST_TOKEN + r"):\s"),
+    # "on host node-12", "hostname=node-12", "node node-12"
+    regex.compile(r"\b(?:host(?:name)?|node)[=:\s]\s?(" + _HOST_TOKEN + r")\b"),
+]
+_NOT_HOSTS = {"Traceback", "File", "RuntimeError", "Error", "WARNING", "INFO", "ERROR", "NCCL", "kernel",
+              "wandb", "Epoch", "iteration", "rank", "Rank", "torch", "NVRM", "Xid", "node"}
+_TIMESTAMP_RE = regex.compile(
+    r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)")
+_HEX_RE = regex.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b")
+_NUM_RE = regex.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+
+DIGIT_MASK_BYTES = bytes.maketrans(b"0123456789", b"0000000000")
+DIGIT_MASK_STR = str.maketrans("0123456789", "0000000000")
+
+
+def extract_rank(text: str) -> int | None:
+    for rx in _RANK_RES:
+        m = rx.search(text)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def extract_host(text: str) -> str | None:
+    for rx in _HOST_RES:
+        m = rx.search(text)
+        if m and m.group(1) not in _NOT_HOSTS and not m.group(1).endswith(("Error", "Exception")):
+            return m.group(1)
+    return None
+
+
+def extract_time(text: str) -> str | None:
+    m = _TIMESTAMP_RE.search(text)
+    return m.group(1) if m else None
+
+
+def fold_key(text: str) -> str:
+    """The template of a line: numbers and hex masked, so repeats across ranks/steps collapse."""
+    return _NUM_RE.sub("0", _HEX_RE.sub("<hex>", text))

@@ -1,0 +1,208 @@
+"""Ingest: stream a log as line-aligned byte chunks from a path, stdin or file object.
+
+Compression is detected by magic bytes (gzip, zstd), not by file name. A truncated or corrupt
+archive yields every byte that could be decoded plus a warning. Chunks always end on `\\n`
+(the final one may not), so callers can split lines without carrying state. Memory is bounded
+by the chunk size plus one capped line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import zstandard
+
+CHUNK_SIZE = 8 * 1024 * 1024
+LINE_CAP = 64 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+CUT_MARK = b" [logdx: line cut at %d bytes]"
+
+
+class InputError(ValueError):
+    """The input cannot be read at all (missing file, not a file); the message is user-facing."""
+
+
+@dataclass
+class IngestReport:
+    encoding: str = "plain"  # plain | gzip | zstd
+    bytes_read: int = 0  # decompressed bytes delivered
+    lines_cut: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def _open_binary(source: str | Path | BinaryIO) -> tuple[BinaryIO, bool]:
+    if isinstance(source, (str, Path)):
+        if str(source) == "-":
+            return sys.stdin.buffer, False
+        path = Path(source)
+        if not path.exists():
+            raise InputError(f"no such file: {path}")
+        if not path.is_file():
+            raise InputError(f"not a regular file: {path}")
+        try:
+            return open(path, "rb"), True
+        except OSError as exc:
+            raise InputError(f"cannot open {path}: {exc.strerror}") from None
+    return source, False
+
+
+class _ZstdReader:
+    """Incremental zstd decoding that notices truncation (zstandard's stream_reader does not)."""
+
+    RAW_PIECE = 128 * 1024
+
+    def __init__(self, raw) -> None:
+        self._raw = raw
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._buf = bytearray()
+        self._raw_eof = False
+
+    def read(self, n: int) -> bytes:
+        while len(self._buf) < n and not self._raw_eof:
+            piece = self._raw.read(self.RAW_PIECE)
+            if not piece:
+                self._raw_eof = True
+                if not self._dobj.eof:
+                    raise EOFError("zstd frame ended early")
+                break
+            while piece:
+                if self._dobj.eof:  # a new frame follows the previous one
+                    self._dobj = zstandard.ZstdDecompressor().decompressobj()
+                self._buf += self._dobj.decompress(piece)
+                piece = self._dobj.unused_data if self._dobj.eof else b""
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+
+class _Decoder:
+    """Wrap a raw stream with the right decompressor; read() never raises on corrupt data."""
+
+    PIECE = 256 * 1024
+
+    def __init__(self, raw: BinaryIO, report: IngestReport) -> None:
+        self._report = report
+        head = raw.read(4)
+        self._done = False
+        if head.startswith(GZIP_MAGIC):
+            report.encoding = "gzip"
+            self._stream = gzip.GzipFile(fileobj=_Prefixed(head, raw))
+        elif head.startswith(ZSTD_MAGIC):
+            report.encoding = "zstd"
+            self._stream = _ZstdReader(_Prefixed(head, raw))
+        else:
+            self._stream = _Prefixed(head, raw)
+
+    def read(self, n: int) -> bytes:
+        """Read up to n bytes in small pieces, so a corrupt tail loses at most one piece."""
+        parts: list[bytes] = []
+        want = n
+        while want > 0 and not self._done:
+            try:
+                data = self._stream.read(min(want, self.PIECE))
+            except (EOFError, OSError, zlib.error, zstandard.ZstdError) as exc:
+                self._done = True
+                what = "truncated" if isinstance(exc, EOFError) else "corrupt"
+                got = self._report.bytes_read + sum(map(len, parts))
+                self._report.warnings.append(
+                    f"{self._report.encoding} stream is {what} after {got} decompressed bytes ({exc}); "
+                    "diagnosed what could be read")
+                break
+            if not data:
+                self._done = True
+                break
+            parts.append(data)
+            want -= len(data)
+        return b"".join(parts)
+
+
+class _Prefixed(io.RawIOBase):
+    """A stream that first returns `head` (bytes already consumed for magic sniffing)."""
+
+    def __init__(self, head: bytes, raw: BinaryIO) -> None:
+        self._head = head
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        if self._head:
+            n = min(len(buf), len(self._head))
+            buf[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._raw.read(len(buf))
+        if not data:
+            return 0
+        buf[: len(data)] = data
+        return len(data)
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            return self._head + self._raw.read()
+        if self._head:
+            out, self._head = self._head[:n], self._head[n:]
+            if len(out) < n:
+                out += self._raw.read(n - len(out))
+            return out
+        return self._raw.read(n)
+
+
+def iter_chunks(source: str | Path | BinaryIO, report: IngestReport,
+                chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP) -> Iterator[bytes]:
+    """Yield byte chunks that end on a newline (the last one may not); cap overlong lines.
+
+    A line longer than `line_cap` that spans chunk boundaries is cut to `line_cap` bytes and
+    marked; the rest of it is skipped without buffering it. Lines that fit inside one chunk but
+    exceed the cap are cut by the compressor, which sees the whole line anyway.
+    """
+    raw, owned = _open_binary(source)
+    try:
+        decoder = _Decoder(raw, report)
+        carry = b""
+        skipping = 0  # > 0 while discarding the tail of a cut line
+        while True:
+            data = decoder.read(chunk_size)
+            if not data:
+                break
+            report.bytes_read += len(data)
+            if skipping:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    skipping += len(data)
+                    continue
+                carry += CUT_MARK % line_cap
+                report.lines_cut += 1
+                data = data[nl:]
+                skipping = 0
+            nl = data.rfind(b"\n")
+            if nl < 0:
+                carry += data
+                if len(carry) > line_cap:
+                    carry = carry[:line_cap]
+                    skipping = 1
+                continue
+            chunk = carry + data[: nl + 1] if carry else data[: nl + 1]
+            carry = data[nl + 1:]
+            if len(carry) > line_cap:
+                carry = carry[:line_cap]
+                skipping = 1
+            yield chunk
+        if skipping:
+            carry += CUT_MARK % line_cap
+            report.lines_cut += 1
+        if carry:
+            yield carry
+    finally:
+        if owned:
+            raw.close()
+

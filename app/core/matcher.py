@@ -1,0 +1,97 @@
+"""Multi-pattern matching of one line against many rules.
+
+All RE2-compatible patterns go into one `re2.Set` (a single pass over the line tells which rules
+can match); patterns RE2 cannot run (lookarounds, backreferences) are searched one by one with
+the `regex` module. Named groups are then extracted with `regex`, under a timeout, only for the
+rules that matched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import re2
+import regex
+
+from app.core.rules import MATCH_TIMEOUT_S
+
+
+class _HasRegex(Protocol):
+    @property
+    def regex(self) -> regex.Pattern: ...
+
+
+R = TypeVar("R", bound=_HasRegex)
+
+
+def _re2_compatible(pattern: str, flags: int) -> str | None:
+    """Return the pattern as RE2 should see it, or None when RE2 cannot run it identically."""
+    text = pattern if not flags & regex.IGNORECASE else f"(?i:{pattern})"
+    try:
+        re2.compile(text)
+    except Exception:  # re2.error and friends: not RE2 syntax
+        return None
+    return text
+
+
+@dataclass(frozen=True)
+class Hit(Generic[R]):
+    rule: R
+    groups: dict[str, str]
+
+
+class MultiMatcher(Generic[R]):
+    """Which of `rules` match a line; preserves rule order in the result."""
+
+    def __init__(self, rules: Sequence[R]) -> None:
+        self.rules = list(rules)
+        self._set = re2.Set.SearchSet(re2.Options())
+        self._set_index: list[int] = []
+        self._fallback: list[int] = []
+        for i, rule in enumerate(self.rules):
+            text = _re2_compatible(rule.regex.pattern, rule.regex.flags)
+            if text is None:
+                self._fallback.append(i)
+            else:
+                self._set.Add(text)
+                self._set_index.append(i)
+        self._set.Compile()
+
+    @property
+    def fallback_count(self) -> int:
+        return len(self._fallback)
+
+    def match_indices(self, text: str) -> list[int]:
+        found = [self._set_index[j] for j in (self._set.Match(text) or ())] if self._set_index else []
+        for i in self._fallback:
+            try:
+                if self.rules[i].regex.search(text, timeout=MATCH_TIMEOUT_S):
+                    found.append(i)
+            except TimeoutError:
+                continue
+        found.sort()
+        return found
+
+    def any(self, text: str) -> bool:
+        if self._set_index and self._set.Match(text):
+            return True
+        return bool(self._fallback) and bool(self.match_indices(text))
+
+    def first(self, text: str) -> int | None:
+        found = self.match_indices(text)
+        return found[0] if found else None
+
+    def hits(self, text: str) -> list[Hit[R]]:
+        out: list[Hit[R]] = []
+        for i in self.match_indices(text):
+            rule = self.rules[i]
+            try:
+                m = rule.regex.search(text, timeout=MATCH_TIMEOUT_S)
+            except TimeoutError:
+                m = None
+            if m is None:  # RE2 and regex disagree (rare semantics differences): trust regex
+                continue
+            out.append(Hit(rule, {k: v for k, v in m.groupdict().items() if v is not None}))
+        return out

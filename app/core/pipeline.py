@@ -1,0 +1,76 @@
+"""The facade that chains the stages: ingest -> compress -> events -> rank -> act.
+
+The CLI, the API and batch jobs all call `Pipeline`; it holds the compiled rules and nothing
+else, so one instance can serve many diagnoses (it is not tied to a log).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from app import __version__
+from app.core.compress import CompressedLog, compress_source
+from app.core.events import ErrorEvent, events_from_log
+from app.core.policy import PolicyContext, decide, silent_ranks
+from app.core.rank import Ranking, rank_events
+from app.core.rules import RuleSet, load_rules
+from app.core.types import Action, ActionKind, DecidedBy, Diagnosis, Versions
+
+Source = str | Path | BinaryIO
+
+
+@dataclass
+class DiagnosisResult:
+    diagnosis: Diagnosis
+    compressed: CompressedLog
+    events: list[ErrorEvent]
+    ranking: Ranking
+
+
+class Pipeline:
+    def __init__(self, ruleset: RuleSet | None = None, *, rules_dir: Path | str | None = None) -> None:
+        self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir)
+
+    def compress(self, source: Source, *, on_progress: Callable[[int], None] | None = None) -> CompressedLog:
+        return compress_source(source, self.ruleset, on_progress=on_progress)
+
+    def diagnose(self, source: Source, *, on_progress: Callable[[int], None] | None = None) -> DiagnosisResult:
+        return self.diagnose_compressed(self.compress(source, on_progress=on_progress))
+
+    def diagnose_compressed(self, log: CompressedLog) -> DiagnosisResult:
+        events = events_from_log(log)
+        ranking = rank_events(events, log)
+        action = self.decide_action(ranking, log)
+        diagnosis = Diagnosis(
+            root_cause=ranking.root, co_occurring=ranking.co_occurring, action=action,
+            decided_by=DecidedBy.RULES, compression=log.stats, last_progress=log.last_progress,
+            versions=Versions(rules=self.ruleset.version, logdx=__version__),
+            notes=list(log.stats.warnings))
+        return DiagnosisResult(diagnosis, log, events, ranking)
+
+    def decide_action(self, ranking: Ranking, log: CompressedLog) -> Action:
+        root, ev = ranking.root, ranking.root_event
+        ctx = PolicyContext(
+            error_type=root.error_type, category=root.category, confidence=root.confidence,
+            rule_action=ev.action if ev else None,
+            event_ranks=frozenset(ev.ranks) if ev else frozenset(),
+            known_ranks=frozenset(log.known_ranks),
+            hosts=tuple(sorted(ev.hosts)) if ev else (),
+            spike_step_index=ev.spike_index if ev else None,
+            only_symptoms=ranking.only_symptoms)
+        decision = decide(ctx, self.ruleset.policies)
+        hosts: list[str] = []
+        ranks: list[int] = []
+        if decision.kind is ActionKind.ISOLATE_AND_RESTART and ev is not None:
+            first = [o.host for o in ev.occurrences if o.host]
+            hosts = sorted(set(first)) if first else sorted(ev.hosts)
+            ranks = sorted({o.rank for o in ev.occurrences if o.rank is not None})
+        elif decision.policy_id == "nccl-timeout-silent-rank":
+            ranks = silent_ranks(ctx)
+        reason = decision.reason
+        if ranks and decision.policy_id == "nccl-timeout-silent-rank":
+            reason += f" Silent rank(s): {', '.join(map(str, ranks))}."
+        return Action(kind=decision.kind, suspect_hosts=hosts[:32], suspect_ranks=ranks[:64], reason=reason)

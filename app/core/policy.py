@@ -1,0 +1,73 @@
+"""Act: map a diagnosis (error type, category, context) to an action, with policies as data.
+
+Policies live in `rules/policies.yaml`. Each names an error type and/or category, optional
+conditions (named predicates defined here, checked at rule load) and the action. The first
+matching policy wins; a rule-level `action` override on the matched diagnosis rule wins over all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.core.types import ActionKind, Category, ErrorType
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    error_type: ErrorType
+    category: Category
+    confidence: float
+    rule_action: ActionKind | None = None
+    # ranks that reported the event, and the ranks the log shows exist at all
+    event_ranks: frozenset[int] = frozenset()
+    known_ranks: frozenset[int] = frozenset()
+    hosts: tuple[str, ...] = ()
+    spike_step_index: int | None = None  # index of the spike in the loss series
+    only_symptoms: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _silent_ranks(ctx: PolicyContext) -> bool:
+    """Some ranks in 0..max(rank) never reported the collective timeout: one of them is stuck."""
+    if len(ctx.event_ranks) < 2:
+        return False
+    universe = set(range(max(ctx.event_ranks | ctx.known_ranks) + 1))
+    return bool(universe - ctx.event_ranks)
+
+
+def silent_ranks(ctx: PolicyContext) -> list[int]:
+    if not _silent_ranks(ctx):
+        return []
+    universe = set(range(max(ctx.event_ranks | ctx.known_ranks) + 1))
+    return sorted(universe - ctx.event_ranks)
+
+
+CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
+    "silent_ranks": _silent_ranks,
+    "early_in_run": lambda ctx: ctx.spike_step_index is not None and ctx.spike_step_index < 10,
+    "low_confidence": lambda ctx: ctx.confidence < 0.4,
+    "has_hosts": lambda ctx: bool(ctx.hosts),
+    "only_symptoms": lambda ctx: ctx.only_symptoms,
+}
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: ActionKind
+    reason: str
+    policy_id: str
+
+
+def decide(ctx: PolicyContext, policies: list) -> Decision:
+    """First matching policy wins; a rule-level action override wins over every policy."""
+    if ctx.rule_action is not None:
+        return Decision(ctx.rule_action, "the matched rule prescribes this action", "rule-override")
+    for policy in policies:
+        if policy.error_type is not None and policy.error_type != ctx.error_type:
+            continue
+        if policy.category is not None and policy.category != ctx.category:
+            continue
+        if all(CONDITIONS[c](ctx) for c in policy.when):
+            return Decision(policy.action, policy.reason, policy.id)
+    return Decision(ActionKind.INVESTIGATE, "no policy covers this error type", "fallback")

@@ -1,0 +1,145 @@
+"""Diagnose: pick the root cause among co-occurring error events and label the rest.
+
+The root cause is the earliest event of the most causal class: events whose role is `cause`
+beat `wrapper`s (generic re-raises), which beat `symptom`s (collective timeouts, elastic
+summaries, SIGTERM to peers, "remote process exited"); within a role the higher rule priority
+(specificity: hardware > specific library failures > generic exceptions) wins, then the earlier
+line. An exception raised while handling / because of an earlier one is demoted to wrapper.
+With no event at all, a progress marker means the job hung; otherwise the first error-looking
+line becomes an `Unknown` root cause with low confidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.compress import CompressedLog
+from app.core.events import ErrorEvent
+from app.core.types import (
+    Category, CoOccurring, ErrorType, Evidence, Role, RootCause,
+)
+
+_ROLE_ORDER = {Role.CAUSE: 2, Role.WRAPPER: 1, Role.SYMPTOM: 0}
+GENERIC_PRIORITY = 50
+MAX_EVIDENCE = 5
+
+
+@dataclass
+class Ranking:
+    root: RootCause
+    root_event: ErrorEvent | None
+    co_occurring: list[CoOccurring]
+    only_symptoms: bool
+
+
+def effective_role(ev: ErrorEvent) -> Role:
+    if ev.role is Role.CAUSE and ev.chained and ev.priority <= GENERIC_PRIORITY:
+        return Role.WRAPPER
+    if ev.role is Role.CAUSE and ev.error_type is ErrorType.Unknown:
+        return Role.WRAPPER
+    return ev.role
+
+
+def _key(ev: ErrorEvent) -> tuple:
+    return (_ROLE_ORDER[effective_role(ev)], ev.priority, -ev.first_line)
+
+
+def _evidence(ev: ErrorEvent) -> list[Evidence]:
+    out, seen = [], set()
+    for occ in ev.occurrences:
+        if occ.text in seen:
+            continue
+        seen.add(occ.text)
+        out.append(Evidence(line=occ.line, text=occ.text[:2000], rank=occ.rank, host=occ.host))
+        if len(out) >= MAX_EVIDENCE:
+            break
+    if not out:
+        out.append(Evidence(line=ev.first_line, text=ev.text[:2000], rank=ev.first_rank, host=ev.first_host))
+    return out
+
+
+def _confidence(root: ErrorEvent, others: list[ErrorEvent]) -> float:
+    role = effective_role(root)
+    if role is Role.SYMPTOM:
+        return 0.5
+    if role is Role.WRAPPER:
+        return 0.4 if root.error_type is not ErrorType.Unknown else 0.3
+    conf = 0.6 + root.priority / 250
+    rivals = [e for e in others if effective_role(e) is Role.CAUSE and e.error_type != root.error_type
+              and e.priority >= root.priority - 5]
+    if rivals:
+        conf *= 0.75
+    return round(min(conf, 0.99), 2)
+
+
+def _explain(root: ErrorEvent, role: Role, n_symptoms: int) -> str:
+    where = []
+    if root.first_rank is not None:
+        where.append(f"rank {root.first_rank}")
+    if root.first_host:
+        where.append(f"host {root.first_host}")
+    loc = f" on {' / '.join(where)}" if where else ""
+    parts = [f"{root.error_type.value} first seen at line {root.first_line}{loc} (rule {root.rule_id})."]
+    if root.hint:
+        parts.append(root.hint)
+    if role is Role.SYMPTOM:
+        parts.append("Only symptom-class errors were found; the real cause may be outside this log.")
+    if n_symptoms:
+        parts.append(f"{n_symptoms} other error type(s) are symptoms of it.")
+    return " ".join(parts)
+
+
+def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
+    if not events:
+        return _no_events(log)
+    root = max(events, key=_key)
+    role = effective_role(root)
+    co: list[CoOccurring] = []
+    n_symptoms = 0
+    for ev in events:
+        if ev is root:
+            continue
+        r = effective_role(ev)
+        if r is Role.SYMPTOM or (ev.first_line >= root.first_line and r is not Role.CAUSE):
+            label = "symptom"
+        elif r is Role.WRAPPER:
+            label = "wrapper"
+        elif ev.first_line > root.first_line and (not ev.ranks or not root.ranks or ev.ranks & root.ranks
+                                                   or ev.category is root.category):
+            label = "symptom"
+        else:
+            label = "independent"
+        if label == "symptom":
+            n_symptoms += 1
+        co.append(CoOccurring(
+            error_type=ev.error_type, role=label, count=ev.count, first_line=ev.first_line,
+            rule_id=ev.rule_id, ranks=sorted(ev.ranks)[:64], hosts=sorted(ev.hosts)[:64]))
+    rc = RootCause(
+        error_type=root.error_type, category=root.category, confidence=_confidence(root, events),
+        evidence=_evidence(root), explanation=_explain(root, role, n_symptoms), rule_id=root.rule_id,
+        gpu=next(iter(sorted(root.gpus)), None), xid=next(iter(sorted(root.xids)), None))
+    return Ranking(rc, root, co, only_symptoms=role is Role.SYMPTOM)
+
+
+def _no_events(log: CompressedLog) -> Ranking:
+    if log.flagged_lines:
+        line, text = log.flagged_lines[0]
+        rc = RootCause(
+            error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.2,
+            evidence=[Evidence(line=ln, text=t[:2000]) for ln, t in log.flagged_lines[:MAX_EVIDENCE]],
+            explanation=f"No rule matched; the first error-looking line is line {line}.")
+        return Ranking(rc, None, [], only_symptoms=False)
+    if log.last_progress is not None:
+        p = log.last_progress
+        rc = RootCause(
+            error_type=ErrorType.Hang, category=Category.FRAMEWORK, confidence=0.6,
+            evidence=[Evidence(line=p.line, text=(p.text or "")[:2000])],
+            explanation=(f"No error in the log; the last progress marker is at line {p.line}"
+                         + (f" (step {p.step})" if p.step is not None else "")
+                         + (f", {log.stats.lines_in - p.line} line(s) before the end" if log.stats.lines_in > p.line else "")
+                         + ". The job stopped making progress without an error."))
+        return Ranking(rc, None, [], only_symptoms=False)
+    rc = RootCause(
+        error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1,
+        evidence=[], explanation="No error and no training progress were found in the log.")
+    return Ranking(rc, None, [], only_symptoms=False)

@@ -1,0 +1,190 @@
+"""Domain vocabulary shared by every pipeline stage and the diagnosis JSON contract."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_ID = "logdx.diagnosis/v1"
+
+
+class Category(StrEnum):
+    INFRASTRUCTURE = "infrastructure"
+    FRAMEWORK = "framework"
+    SCRIPT = "script"
+    UNKNOWN = "unknown"
+
+
+class ErrorType(StrEnum):
+    # infrastructure
+    NVLinkError = "NVLinkError"
+    CUDAError = "CUDAError"
+    ECCError = "ECCError"
+    NodeFailure = "NodeFailure"
+    NetworkError = "NetworkError"
+    NCCLTimeoutError = "NCCLTimeoutError"
+    NCCLRemoteError = "NCCLRemoteError"
+    ConnectionError = "ConnectionError"
+    S3StorageError = "S3StorageError"
+    StorageError = "StorageError"
+    # framework
+    DataloaderKilled = "DataloaderKilled"
+    OutOfMemoryError = "OutOfMemoryError"
+    HostOOMKilled = "HostOOMKilled"
+    AttributeError = "AttributeError"
+    RuntimeError = "RuntimeError"
+    AssertionError = "AssertionError"
+    ValueError = "ValueError"
+    ZeroDivisionError = "ZeroDivisionError"
+    ModelLoadingError = "ModelLoadingError"
+    DatasetLoadingError = "DatasetLoadingError"
+    NaNLoss = "NaNLoss"
+    LossSpike = "LossSpike"
+    Hang = "Hang"
+    # script
+    FileNotFoundError = "FileNotFoundError"
+    TypeError = "TypeError"
+    OSError = "OSError"
+    KeyError = "KeyError"
+    ImportError = "ImportError"
+    ModuleNotFoundError = "ModuleNotFoundError"
+    IndexError = "IndexError"
+    NameError = "NameError"
+    SyntaxError = "SyntaxError"
+    PermissionError = "PermissionError"
+    ArgumentError = "ArgumentError"
+    CalledProcessError = "CalledProcessError"
+    # symptom-only classes: never a root cause when anything else is present
+    ChildFailedError = "ChildFailedError"
+    Unknown = "Unknown"
+
+
+_INFRA = {
+    "NVLinkError", "CUDAError", "ECCError", "NodeFailure", "NetworkError", "NCCLTimeoutError",
+    "NCCLRemoteError", "ConnectionError", "S3StorageError", "StorageError",
+}
+_FRAMEWORK = {
+    "DataloaderKilled", "OutOfMemoryError", "HostOOMKilled", "AttributeError", "RuntimeError",
+    "AssertionError", "ValueError", "ZeroDivisionError", "ModelLoadingError",
+    "DatasetLoadingError", "NaNLoss", "LossSpike", "Hang", "ChildFailedError",
+}
+
+
+def default_category(error_type: ErrorType) -> Category:
+    """The category DESIGN.md assigns to a type; rules and context may override it."""
+    if error_type.value in _INFRA:
+        return Category.INFRASTRUCTURE
+    if error_type.value in _FRAMEWORK:
+        return Category.FRAMEWORK
+    if error_type is ErrorType.Unknown:
+        return Category.UNKNOWN
+    return Category.SCRIPT
+
+
+class ActionKind(StrEnum):
+    ISOLATE_AND_RESTART = "isolate_and_restart"
+    RETRY = "retry"
+    NO_RETRY = "no_retry"
+    ROLLBACK_AND_SKIP = "rollback_and_skip"
+    INVESTIGATE = "investigate"
+
+
+class Role(StrEnum):
+    """How an event relates to the failure: a cause, a wrapper that re-raises one, or a symptom."""
+
+    CAUSE = "cause"
+    WRAPPER = "wrapper"
+    SYMPTOM = "symptom"
+
+
+class DecidedBy(StrEnum):
+    RULES = "rules"
+    RETRIEVAL = "retrieval"
+    LLM = "llm"
+
+
+class _Contract(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Evidence(_Contract):
+    line: int
+    text: str
+    rank: int | None = None
+    host: str | None = None
+
+
+class RootCause(_Contract):
+    error_type: ErrorType
+    category: Category
+    confidence: float = Field(ge=0.0, le=1.0)
+    evidence: list[Evidence]
+    explanation: str
+    rule_id: str | None = None
+    gpu: str | None = None
+    xid: int | None = None
+
+
+class CoOccurring(_Contract):
+    error_type: ErrorType
+    role: str  # "symptom" | "independent" | "wrapper"
+    count: int
+    first_line: int
+    rule_id: str | None = None
+    ranks: list[int] = Field(default_factory=list)
+    hosts: list[str] = Field(default_factory=list)
+
+
+class Action(_Contract):
+    kind: ActionKind
+    suspect_hosts: list[str] = Field(default_factory=list)
+    suspect_ranks: list[int] = Field(default_factory=list)
+    reason: str
+
+
+class CompressionStats(_Contract):
+    bytes_in: int
+    bytes_out: int
+    lines_in: int
+    lines_kept: int
+    lines_dropped: int = 0
+    templates: int = 0
+    lines_cut: int = 0
+    encoding: str = "plain"
+    ratio: float = 0.0
+    dropped_by_rule: dict[str, int] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+
+class Progress(_Contract):
+    step: int | None = None
+    line: int
+    time: str | None = None
+    text: str | None = None
+
+
+class Versions(_Contract):
+    rules: str
+    prompt: str | None = None
+    model: str | None = None
+    logdx: str
+
+
+class Diagnosis(_Contract):
+    """The diagnosis contract of DESIGN.md (`schema: logdx.diagnosis/v1`)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: str = Field(default=SCHEMA_ID, alias="schema")
+    root_cause: RootCause
+    co_occurring: list[CoOccurring]
+    action: Action
+    decided_by: DecidedBy
+    compression: CompressionStats
+    last_progress: Progress | None
+    versions: Versions
+    notes: list[str] = Field(default_factory=list)
+
+    def to_json_dict(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True)

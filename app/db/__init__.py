@@ -1,0 +1,1 @@
+"""Persistence plumbing: declarative base, engine/session factory, Alembic migration entry."""

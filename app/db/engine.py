@@ -1,0 +1,52 @@
+"""Engine and session factory. SQLite gets WAL, a busy timeout and foreign keys so that the
+API threads, the worker and the CLI can share one file safely."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+T = TypeVar("T")
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+class Database:
+    """Owns the engine and hands out sessions; the caller of `transaction` owns the commit."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with self.sessions() as session, session.begin():
+            yield session
+
+    def run(self, fn: Callable[..., T], /, **kwargs) -> T:
+        """Run `fn(session=..., **kwargs)` in one transaction (for use from worker threads)."""
+        with self.transaction() as session:
+            return fn(session=session, **kwargs)
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,1 @@
+"""Diagnosis requests and results (never overwritten) and the workers that produce them."""

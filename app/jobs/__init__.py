@@ -1,0 +1,1 @@
+"""Training jobs as the scheduler reports them, their attempts and hosts."""

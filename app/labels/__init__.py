@@ -1,0 +1,1 @@
+"""Human verdicts on diagnoses: confirm, or correct the root cause."""

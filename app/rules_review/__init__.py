@@ -1,0 +1,1 @@
+"""Rules proposed by the LLM rule writer (or by engineers), validated, then reviewed."""

@@ -1,0 +1,126 @@
+"""The one settings class of logdx. Every field is read from the environment with the
+`LOGDX_` prefix (e.g. `LOGDX_DATA_DIR`) and must carry a description (a test checks)."""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    xdg = os.environ.get("XDG_DATA_HOME")
+    if xdg:
+        return Path(xdg) / "logdx"
+    home = Path.home()
+    if home.is_dir() and os.access(home, os.W_OK):
+        return home / ".local" / "share" / "logdx"
+    return Path("data").resolve()
+
+
+class LLMBackendName(StrEnum):
+    NONE = "none"
+    OPENAI = "openai"
+    TRANSFORMERS = "transformers"
+
+
+class DiagnosisExecutor(StrEnum):
+    PROCESS = "process"
+    THREAD = "thread"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LOGDX_", extra="ignore")
+
+    data_dir: Path = Field(
+        default_factory=_default_data_dir,
+        description="Directory for raw log blobs, upload spools and the default SQLite database "
+        "(default: $XDG_DATA_HOME/logdx, else ~/.local/share/logdx, else ./data).",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the store. Unset: SQLite file `logdx.db` in the data dir "
+        "(WAL mode). `postgresql+psycopg://...` switches background diagnoses to procrastinate.",
+    )
+    llm_backend: LLMBackendName = Field(
+        default=LLMBackendName.NONE,
+        description="LLM used when rules are unsure: none | openai (any OpenAI-compatible server) "
+        "| transformers (local model).",
+    )
+    llm_base_url: str | None = Field(
+        default=None, description="Base URL of the OpenAI-compatible server (openai backend)."
+    )
+    llm_model: str | None = Field(
+        default=None, description="Model name (openai backend) or local model id/path (transformers)."
+    )
+    llm_api_key: SecretStr | None = Field(
+        default=None, description="API key for the OpenAI-compatible server; never logged or echoed."
+    )
+    max_upload_bytes: int = Field(
+        default=2 * 1024**3, gt=0,
+        description="Largest raw (possibly compressed) log accepted per upload or chunked log; "
+        "larger bodies get 413 as soon as the limit is crossed.",
+    )
+    sync_diagnose_max_bytes: int = Field(
+        default=8 * 1024**2, ge=0,
+        description="Logs up to this many raw bytes are diagnosed inline (200); larger ones are "
+        "queued and answered with 202 {id, status} to poll.",
+    )
+    diagnosis_workers: int = Field(
+        default_factory=lambda: max(1, min(4, os.cpu_count() or 1)), ge=1,
+        description="Parallel diagnoses in the server process (size of the worker pool).",
+    )
+    diagnosis_executor: DiagnosisExecutor = Field(
+        default=DiagnosisExecutor.PROCESS,
+        description="process: diagnoses run in a spawned process pool (CPU parallelism); "
+        "thread: in threads of the server process (fast start-up, for tests and tiny setups).",
+    )
+    run_worker: bool = Field(
+        default=True,
+        description="Run the background diagnosis worker inside the server. Turn off for API-only "
+        "replicas (PostgreSQL: run `procrastinate` workers elsewhere) or maintenance.",
+    )
+    migrate_on_startup: bool = Field(
+        default=True, description="Upgrade the database to the newest Alembic revision at start-up."
+    )
+    rules_dir: Path | None = Field(
+        default=None, description="Directory of rule files; unset: the rules/ shipped with logdx."
+    )
+    upload_chunk_bytes: int = Field(
+        default=1024**2, ge=4096,
+        description="Bytes buffered before each disk write while streaming an upload.",
+    )
+
+    @model_validator(mode="after")
+    def _expand(self) -> "Settings":
+        self.data_dir = self.data_dir.expanduser()
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'logdx.db'}"
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.effective_database_url.startswith("postgresql")
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.data_dir / "blobs"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.data_dir / "spool"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.data_dir / "uploads"
+
+    def ensure_dirs(self) -> None:
+        for d in (self.data_dir, self.blob_dir, self.spool_dir, self.uploads_dir):
+            d.mkdir(parents=True, exist_ok=True)
