@@ -11,6 +11,8 @@ matches it AND no diagnosis rule does (an error line is never dropped).
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,8 +23,8 @@ from typing import BinaryIO
 
 import regex
 
-from app.core.fields import DIGIT_MASK_BYTES, DIGIT_MASK_STR, extract_host, extract_rank, extract_time, fold_key
-from app.core.ingest import CHUNK_SIZE, LINE_CAP, IngestReport, iter_chunks
+from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, extract_time, fold_key
+from app.core.ingest import CHUNK_SIZE, GZIP_MAGIC, LINE_CAP, ZSTD_MAGIC, IngestReport, iter_chunks
 from app.core.matcher import Hit, MultiMatcher
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 from app.core.types import CompressionStats, Progress
@@ -32,7 +34,7 @@ CONTEXT_AFTER = 2
 MAX_TEMPLATES = 50_000
 MAX_SHAPE_CACHE = 200_000
 MAX_OCCURRENCES_PER_RULE = 2_000
-METRIC_SAMPLES_PER_CHUNK = 512
+METRIC_SAMPLES_PER_CHUNK = 128
 MAX_SET_MEMBERS = 512
 
 _ERROR_HINT = regex.compile(
@@ -157,7 +159,7 @@ class Compressor:
     def feed(self, chunk: bytes) -> None:
         self.bytes_in += len(chunk)
         lines = chunk.split(b"\n")
-        shapes = chunk.translate(DIGIT_MASK_BYTES).split(b"\n")
+        shapes = chunk.translate(None, DIGITS).split(b"\n")
         if not lines[-1]:
             lines.pop()
             shapes.pop()
@@ -184,6 +186,9 @@ class Compressor:
     def _survivor(self, lines: list[bytes], shapes: list[bytes], i: int, base: int) -> None:
         raw, shape = lines[i], shapes[i]
         line_no = base + i
+        if shape in self._drop:  # judged earlier in this same chunk
+            self._dropped_shapes[shape] += 1
+            return
         if len(raw) > self.line_cap:
             raw = raw[: self.line_cap] + b" [logdx: line cut at %d bytes]" % self.line_cap
             self.lines_cut += 1
@@ -222,7 +227,7 @@ class Compressor:
             self._last_progress = (line_no, text.encode())
 
     def _drop_segment(self, seg: str, line_no: int) -> bool:
-        shape = seg.translate(DIGIT_MASK_STR)
+        shape = seg.translate(SHAPE_DELETE_STR)
         idx = self._str_drop.get(shape)
         if idx is None:
             idx = self._judge(seg)
@@ -320,12 +325,13 @@ class Compressor:
             return
         if not m:
             return
+        groups = m.groupdict()
         values = {}
         for name in ("loss", "grad_norm", "loss_scale", "lr", "throughput"):
-            v = _float(m.groupdict().get(name))
+            v = _float(groups.get(name))
             if v is not None:
                 values[name] = v
-        step_raw = m.groupdict().get("step")
+        step_raw = groups.get("step")
         step = int(step_raw) if step_raw and step_raw.isdigit() else None
         point = MetricPoint(line_no, step, values, text[:500])
         if any(math.isnan(v) or math.isinf(v) for k, v in values.items() if k in ("loss", "grad_norm")):
@@ -349,40 +355,134 @@ class Compressor:
             self._extract_point(rules[extract[shapes[i]]], _decode(lines[i]), base + i)
 
     # ---- result ---------------------------------------------------------------------------
-    def finish(self, report: IngestReport) -> CompressedLog:
+    def partial(self) -> Partial:
+        """Everything this compressor found, as plain picklable data (line numbers local)."""
         dropped_by_rule: Counter = Counter()
         for shape, count in self._dropped_shapes.items():
             dropped_by_rule[self.ruleset.filters[self._drop[shape]].id] += count
         for idx, count in self._str_dropped.items():
             dropped_by_rule[self.ruleset.filters[idx].id] += count
-        templates = sorted(self._templates.values(), key=lambda t: t.first_line)
-        lines_dropped = sum(self._dropped_shapes.values())
         progress = None
         if self._last_progress:
-            line_no, raw = self._last_progress
-            ptext = _decode(raw)
-            point = self._metrics[-1] if self._metrics and self._metrics[-1].line == line_no else None
-            step = point.step if point else _step_of(self.ruleset, ptext)
-            progress = Progress(step=step, line=line_no, time=extract_time(ptext), text=ptext[:500])
-        warnings = list(report.warnings)
-        if self.overflow_lines:
-            warnings.append(f"{self.overflow_lines} non-error lines beyond {MAX_TEMPLATES} templates were not kept")
-        stats = CompressionStats(
-            bytes_in=self.bytes_in, bytes_out=0, lines_in=self.lines_in,
-            lines_kept=sum(t.count for t in templates), lines_dropped=lines_dropped,
-            templates=len(templates), encoding=report.encoding, dropped_by_rule=dict(dropped_by_rule.most_common()),
-            warnings=warnings)
-        log = CompressedLog(
-            templates=templates, context=self._context, occurrences=self._occ,
+            progress = (self._last_progress[0], _decode(self._last_progress[1]))
+        return Partial(
+            templates=self._templates, context=self._context, occurrences=self._occ,
             rule_counts=self.rule_counts, metrics=self._metrics, nan_points=self._nan,
-            last_progress=progress, stats=stats, known_ranks=self._known_ranks,
-            known_hosts=self._known_hosts, flagged_lines=self._flagged)
-        out = render(log)
-        stats.bytes_out = len(out.encode("utf-8"))
-        stats.ratio = round(stats.bytes_in / stats.bytes_out, 1) if stats.bytes_out else 0.0
-        stats.lines_cut = self.lines_cut + report.lines_cut
-        log._rendered = out  # type: ignore[attr-defined]
-        return log
+            last_progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
+            known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
+            lines_dropped=sum(self._dropped_shapes.values()), lines_in=self.lines_in,
+            bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines)
+
+    def finish(self, report: IngestReport) -> CompressedLog:
+        return build_log(self.partial(), self.ruleset, report)
+
+
+@dataclass
+class Partial:
+    """The findings of one compressor over a contiguous range of lines."""
+
+    templates: dict[str, Template]
+    context: dict[int, str]
+    occurrences: list[Occurrence]
+    rule_counts: Counter
+    metrics: list[MetricPoint]
+    nan_points: list[MetricPoint]
+    last_progress: tuple[int, str] | None
+    flagged: list[tuple[int, str]]
+    known_ranks: set[int]
+    known_hosts: set[str]
+    dropped_by_rule: Counter
+    lines_dropped: int
+    lines_in: int
+    bytes_in: int
+    lines_cut: int
+    overflow_lines: int
+
+    def shifted(self, offset: int) -> Partial:
+        """The same findings with every line number moved by `offset` (for a later byte range)."""
+        if not offset:
+            return self
+        for t in self.templates.values():
+            t.first_line += offset
+            t.last_line += offset
+        for o in self.occurrences:
+            o.line += offset
+        for p in (*self.metrics, *self.nan_points):
+            p.line += offset
+        self.context = {k + offset: v for k, v in self.context.items()}
+        self.flagged = [(ln + offset, t) for ln, t in self.flagged]
+        if self.last_progress:
+            self.last_progress = (self.last_progress[0] + offset, self.last_progress[1])
+        return self
+
+
+def merge_partials(parts: list[Partial]) -> Partial:
+    """Combine the partials of consecutive ranges, in order, into one."""
+    offset = 0
+    shifted = []
+    for part in parts:
+        lines = part.lines_in
+        shifted.append(part.shifted(offset))
+        offset += lines
+    head = shifted[0]
+    for part in shifted[1:]:
+        for key, t in part.templates.items():
+            mine = head.templates.get(key)
+            if mine is None:
+                if len(head.templates) < MAX_TEMPLATES or t.flagged:
+                    head.templates[key] = t
+                else:
+                    head.overflow_lines += t.count
+                continue
+            mine.count += t.count
+            mine.last_line = max(mine.last_line, t.last_line)
+            mine.flagged = mine.flagged or t.flagged
+            mine.ranks |= set(list(t.ranks)[: max(0, MAX_SET_MEMBERS - len(mine.ranks))])
+            mine.hosts |= set(list(t.hosts)[: max(0, MAX_SET_MEMBERS - len(mine.hosts))])
+        head.context.update(part.context)
+        head.occurrences.extend(part.occurrences)
+        head.rule_counts.update(part.rule_counts)
+        head.metrics.extend(part.metrics)
+        head.nan_points.extend(part.nan_points)
+        head.last_progress = part.last_progress or head.last_progress
+        head.flagged.extend(part.flagged[: max(0, 200 - len(head.flagged))])
+        head.known_ranks |= part.known_ranks
+        head.known_hosts |= part.known_hosts
+        head.dropped_by_rule.update(part.dropped_by_rule)
+        head.lines_dropped += part.lines_dropped
+        head.lines_in += part.lines_in
+        head.bytes_in += part.bytes_in
+        head.lines_cut += part.lines_cut
+        head.overflow_lines += part.overflow_lines
+    return head
+
+
+def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> CompressedLog:
+    templates = sorted(part.templates.values(), key=lambda t: t.first_line)
+    progress = None
+    if part.last_progress:
+        line_no, ptext = part.last_progress
+        point = next((p for p in reversed(part.metrics) if p.line == line_no), None)
+        step = point.step if point else _step_of(ruleset, ptext)
+        progress = Progress(step=step, line=line_no, time=extract_time(ptext), text=ptext[:500])
+    warnings = list(report.warnings)
+    if part.overflow_lines:
+        warnings.append(f"{part.overflow_lines} non-error lines beyond {MAX_TEMPLATES} templates were not kept")
+    stats = CompressionStats(
+        bytes_in=part.bytes_in, bytes_out=0, lines_in=part.lines_in,
+        lines_kept=sum(t.count for t in templates), lines_dropped=part.lines_dropped,
+        templates=len(templates), lines_cut=part.lines_cut + report.lines_cut, encoding=report.encoding,
+        dropped_by_rule=dict(part.dropped_by_rule.most_common()), warnings=warnings)
+    log = CompressedLog(
+        templates=templates, context=part.context, occurrences=part.occurrences,
+        rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
+        last_progress=progress, stats=stats, known_ranks=part.known_ranks,
+        known_hosts=part.known_hosts, flagged_lines=part.flagged[:200])
+    out = render(log)
+    stats.bytes_out = len(out.encode("utf-8"))
+    stats.ratio = round(stats.bytes_in / stats.bytes_out, 1) if stats.bytes_out else 0.0
+    log._rendered = render(log)  # type: ignore[attr-defined]  # header now carries the final stats
+    return log
 
 
 def _step_of(ruleset: RuleSet, text: str) -> int | None:
@@ -435,9 +535,99 @@ def render(log: CompressedLog) -> str:
     return "\n".join(out) + "\n"
 
 
+PARALLEL_MIN_BYTES = 64 * 1024 * 1024
+_WORKER_RULESET: RuleSet | None = None  # set in the parent before forking workers
+
+
+def _plain_file(source: str | Path | BinaryIO) -> Path | None:
+    """A path to an uncompressed regular file (which can be split into byte ranges), else None."""
+    if not isinstance(source, (str, Path)) or str(source) == "-":
+        return None
+    path = Path(source)
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return None
+    if head.startswith(GZIP_MAGIC) or head.startswith(ZSTD_MAGIC):
+        return None
+    return path
+
+
+def _ranges(path: Path, parts: int) -> list[tuple[int, int]]:
+    """Split a file into `parts` byte ranges that start at line starts."""
+    size = path.stat().st_size
+    cuts = [0]
+    with open(path, "rb") as fh:
+        for k in range(1, parts):
+            fh.seek(max(cuts[-1], size * k // parts))
+            fh.readline()
+            cuts.append(min(fh.tell(), size))
+    cuts.append(size)
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+class _RangeReader:
+    def __init__(self, path: Path, start: int, end: int) -> None:
+        self._fh = open(path, "rb")
+        self._fh.seek(start)
+        self._left = end - start
+
+    def read(self, n: int) -> bytes:
+        if self._left <= 0:
+            return b""
+        data = self._fh.read(min(n, self._left))
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _compress_range(args: tuple[str, int, int, int]) -> tuple[Partial, IngestReport]:
+    path, start, end, chunk_size = args
+    assert _WORKER_RULESET is not None
+    report = IngestReport()
+    comp = Compressor(_WORKER_RULESET)
+    reader = _RangeReader(Path(path), start, end)
+    try:
+        for chunk in iter_chunks(reader, report, chunk_size=chunk_size):
+            comp.feed(chunk)
+    finally:
+        reader.close()
+    return comp.partial(), report
+
+
+def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: int,
+                       on_progress: Callable[[int], None] | None) -> CompressedLog:
+    global _WORKER_RULESET
+    _WORKER_RULESET = ruleset
+    ranges = _ranges(path, workers)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(len(ranges)) as pool:
+        results = pool.map(_compress_range, [(str(path), a, b, chunk_size) for a, b in ranges])
+    if on_progress:
+        on_progress(sum(b - a for a, b in ranges))
+    report = IngestReport()
+    for _, r in results:
+        report.bytes_read += r.bytes_read
+        report.lines_cut += r.lines_cut
+        report.warnings.extend(r.warnings)
+    return build_log(merge_partials([p for p, _ in results]), ruleset, report)
+
+
 def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
-                    chunk_size: int = CHUNK_SIZE,
+                    chunk_size: int = CHUNK_SIZE, workers: int | None = None,
                     on_progress: Callable[[int], None] | None = None) -> CompressedLog:
+    """Compress a log. Large plain files are split into byte ranges scanned by `workers`
+    processes (default: one per CPU); streams and gz/zst are read sequentially."""
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    path = _plain_file(source)
+    if workers > 1 and path is not None and path.stat().st_size >= PARALLEL_MIN_BYTES \
+            and "fork" in multiprocessing.get_all_start_methods():
+        return _compress_parallel(path, ruleset, workers, chunk_size, on_progress)
     report = IngestReport()
     comp = Compressor(ruleset)
     for chunk in iter_chunks(source, report, chunk_size=chunk_size):

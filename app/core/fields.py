@@ -34,8 +34,9 @@ _TIMESTAMP_RE = regex.compile(
 _HEX_RE = regex.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b")
 _NUM_RE = regex.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
-DIGIT_MASK_BYTES = bytes.maketrans(b"0123456789", b"0000000000")
-DIGIT_MASK_STR = str.maketrans("0123456789", "0000000000")
+DIGITS = b"0123456789"
+# a line's shape is the line with its digits deleted: numbers of any width collapse together
+SHAPE_DELETE_STR = str.maketrans("", "", "0123456789")
 
 
 def extract_rank(text: str) -> int | None:

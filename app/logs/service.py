@@ -1,0 +1,89 @@
+"""Log bookkeeping. Streaming and file I/O live in `app.logs.ingest`; these functions only touch
+the database (keyword-only, the caller owns the transaction)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.errors import Conflict, NotFound
+from app.jobs.models import Attempt, Job
+from app.logs.models import JobLog, LogBlob, LogKind, LogStatus
+from app.logs.schemas import LogOut
+
+
+def to_out(log: JobLog, attempt_number: int) -> LogOut:
+    return LogOut(id=log.id, job_id=log.job_id, attempt=attempt_number, kind=log.kind,
+                  status=log.status, size=log.size, encoding=log.encoding, sha256=log.blob_sha256,
+                  error=log.error, warnings=list(log.warnings or []), created_at=log.created_at,
+                  updated_at=log.updated_at)
+
+
+def attempt_number(*, session: Session, log: JobLog) -> int:
+    return session.get(Attempt, log.attempt_id).number
+
+
+def ensure_blob(*, session: Session, sha256: str, size: int, encoding: str) -> LogBlob:
+    blob = session.get(LogBlob, sha256)
+    if blob is None:
+        blob = LogBlob(sha256=sha256, size=size, encoding=encoding)
+        session.add(blob)
+        session.flush()
+    return blob
+
+
+def record_upload(*, session: Session, job: Job, attempt: Attempt, sha256: str, size: int,
+                  encoding: str, error: str | None, warnings: list[str]) -> JobLog:
+    ensure_blob(session=session, sha256=sha256, size=size, encoding=encoding)
+    log = JobLog(job_id=job.id, attempt_id=attempt.id, kind=LogKind.UPLOAD.value,
+                 status=(LogStatus.CORRUPT if error else LogStatus.COMPLETE).value, size=size,
+                 encoding=encoding, blob_sha256=sha256, error=error, warnings=warnings)
+    session.add(log)
+    session.flush()
+    return log
+
+
+def current_log(*, session: Session, job_id: int, attempt_id: int | None = None) -> JobLog | None:
+    query = select(JobLog).where(JobLog.job_id == job_id)
+    if attempt_id is not None:
+        query = query.where(JobLog.attempt_id == attempt_id)
+    return session.scalars(query.order_by(JobLog.id.desc()).limit(1)).one_or_none()
+
+
+def require_current_log(*, session: Session, job_id: int, attempt_id: int | None = None) -> JobLog:
+    log = current_log(session=session, job_id=job_id, attempt_id=attempt_id)
+    if log is None:
+        raise NotFound(f"job {job_id} has no log yet; PUT /v1/jobs/{job_id}/log or append chunks first",
+                       detail={"job_id": job_id}, code="no_log")
+    return log
+
+
+def chunked_log(*, session: Session, job: Job, attempt: Attempt, create: bool) -> JobLog | None:
+    query = (select(JobLog).where(JobLog.attempt_id == attempt.id, JobLog.kind == LogKind.CHUNKED.value)
+             .order_by(JobLog.id.desc()).limit(1))
+    log = session.scalars(query).one_or_none()
+    if log is None and create:
+        log = JobLog(job_id=job.id, attempt_id=attempt.id, kind=LogKind.CHUNKED.value,
+                     status=LogStatus.RECEIVING.value, size=0, warnings=[])
+        session.add(log)
+        session.flush()
+    return log
+
+
+def update_chunked_size(*, session: Session, log_id: int, size: int) -> JobLog:
+    log = session.get(JobLog, log_id)
+    if log.status == LogStatus.RECEIVING.value and size > log.size:
+        log.size = size
+    return log
+
+
+def seal_chunked(*, session: Session, log_id: int, sha256: str, size: int, encoding: str) -> JobLog:
+    log = session.get(JobLog, log_id)
+    if log.status != LogStatus.RECEIVING.value:
+        raise Conflict(f"log {log_id} is already complete", detail={"offset": log.size})
+    ensure_blob(session=session, sha256=sha256, size=size, encoding=encoding)
+    log.status = LogStatus.COMPLETE.value
+    log.size = size
+    log.blob_sha256 = sha256
+    log.encoding = encoding
+    return log
