@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 
 from sqlalchemy import String
 from sqlalchemy.orm import Mapped, mapped_column
@@ -10,23 +10,15 @@ from app.db.base import Base, CreatedAtMixin, UTCDateTime
 
 
 class TokenRole(StrEnum):
+    """Ordered: each role may do everything the roles before it may."""
+
     SCHEDULER = "scheduler"
     ENGINEER = "engineer"
     ADMIN = "admin"
 
     @property
     def level(self) -> int:
-        return _LEVEL[self]
-
-
-class _Level(IntEnum):
-    SCHEDULER = 1
-    ENGINEER = 2
-    ADMIN = 3
-
-
-_LEVEL = {TokenRole.SCHEDULER: _Level.SCHEDULER, TokenRole.ENGINEER: _Level.ENGINEER,
-          TokenRole.ADMIN: _Level.ADMIN}
+        return list(TokenRole).index(self)
 
 
 class ApiToken(CreatedAtMixin, Base):

@@ -24,7 +24,7 @@ from typing import BinaryIO
 import regex
 
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, extract_time, fold_key
-from app.core.ingest import CHUNK_SIZE, GZIP_MAGIC, LINE_CAP, ZSTD_MAGIC, IngestReport, iter_chunks
+from app.core.ingest import CHUNK_SIZE, CUT_MARK, GZIP_MAGIC, LINE_CAP, ZSTD_MAGIC, IngestReport, iter_chunks
 from app.core.matcher import Hit, MultiMatcher
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 from app.core.types import CompressionStats, Progress
@@ -36,6 +36,7 @@ MAX_SHAPE_CACHE = 200_000
 MAX_OCCURRENCES_PER_RULE = 2_000
 METRIC_SAMPLES_PER_CHUNK = 128
 MAX_SET_MEMBERS = 512
+CUT_SLACK = 64
 
 _ERROR_HINT = regex.compile(
     r"Traceback \(most recent call last\)|Error\b|Exception\b|\berror\b|\bERROR\b|\bFATAL\b|\bfatal\b|"
@@ -150,6 +151,7 @@ class Compressor:
         self._chain_pending: set[int | None] = set()
         self._tail: list[bytes] = []  # last lines of the previous chunk (context before)
         self._after = 0  # context lines still owed after the last error
+        self._extracted: set[int] = set()  # line numbers already extracted in this chunk
         self.lines_in = 0
         self.bytes_in = 0
         self.lines_cut = 0
@@ -166,6 +168,7 @@ class Compressor:
         n = len(lines)
         base = self.lines_in + 1  # 1-based line number of lines[0]
         self.lines_in += n
+        self._extracted.clear()
         if self._after:
             self._owe_context(lines, base)
         drop = self._drop
@@ -189,8 +192,8 @@ class Compressor:
         if shape in self._drop:  # judged earlier in this same chunk
             self._dropped_shapes[shape] += 1
             return
-        if len(raw) > self.line_cap:
-            raw = raw[: self.line_cap] + b" [logdx: line cut at %d bytes]" % self.line_cap
+        if len(raw) > self.line_cap + CUT_SLACK:  # (ingest already cut lines spanning chunks)
+            raw = raw[: self.line_cap] + CUT_MARK % self.line_cap
             self.lines_cut += 1
         text = _decode(raw)
         if "\r" in text:
@@ -319,6 +322,9 @@ class Compressor:
 
     # ---- metrics --------------------------------------------------------------------------
     def _extract_point(self, rule: FilterRule, text: str, line_no: int) -> None:
+        if line_no in self._extracted:  # a new shape's first line may be sampled again
+            return
+        self._extracted.add(line_no)
         try:
             m = rule.regex.search(text, timeout=MATCH_TIMEOUT_S)
         except TimeoutError:

@@ -1,0 +1,57 @@
+"""API tokens: random secrets shown once, stored as sha256 (a database leak reveals no token)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.auth.models import ApiToken, TokenRole
+from app.db.base import utcnow
+from app.errors import NotFound
+
+PREFIX = "ldx_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    token_id: int
+    name: str
+    role: TokenRole
+
+    def allows(self, needed: TokenRole) -> bool:
+        return self.role.level >= needed.level
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def create_token(*, session: Session, role: TokenRole, name: str) -> tuple[ApiToken, str]:
+    token = PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken(name=name, role=role.value, token_hash=hash_token(token))
+    session.add(row)
+    session.flush()
+    return row, token
+
+
+def authenticate(*, session: Session, token: str) -> Principal | None:
+    row = session.scalars(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).one_or_none()
+    if row is None or row.revoked_at is not None:
+        return None
+    return Principal(row.id, row.name, TokenRole(row.role))
+
+
+def revoke_token(*, session: Session, token_id: int) -> ApiToken:
+    row = session.get(ApiToken, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id} does not exist")
+    row.revoked_at = row.revoked_at or utcnow()
+    return row
+
+
+def list_tokens(*, session: Session) -> list[ApiToken]:
+    return list(session.scalars(select(ApiToken).order_by(ApiToken.id)))

@@ -1,0 +1,134 @@
+"""Diagnosis rows: request, claim, complete, fail, read. Keyword-only; caller owns the
+transaction. Execution (pipeline, pools, queues) lives in `app.diagnoses.worker`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.db.base import utcnow
+from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
+from app.diagnoses.schemas import DiagnosisOut
+from app.errors import NotFound
+from app.jobs import service as jobs
+from app.jobs.models import Attempt, Job
+from app.labels.models import Label
+from app.labels.schemas import LabelOut
+from app.logs import service as logs
+from app.logs.models import CompressedLog, JobLog
+
+UNFINISHED = (DiagnosisStatus.PENDING.value, DiagnosisStatus.RUNNING.value)
+
+
+@dataclass(frozen=True)
+class Claim:
+    diagnosis_id: int
+    job_log_id: int
+    blob_sha256: str | None  # None: chunked log still open, read the part file
+    log_bytes: int
+
+
+def request_diagnosis(*, session: Session, job_id: int, attempt: int | None = None) -> DiagnosisRow:
+    job = jobs.get_job(session=session, job_id=job_id)
+    attempt_id = jobs.get_attempt(session=session, job=job, number=attempt).id if attempt else None
+    log = logs.require_current_log(session=session, job_id=job.id, attempt_id=attempt_id)
+    row = DiagnosisRow(job_id=job.id, attempt_id=log.attempt_id, job_log_id=log.id,
+                       log_bytes=log.size, status=DiagnosisStatus.PENDING.value, runs=0)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_diagnosis(*, session: Session, diagnosis_id: int) -> DiagnosisRow:
+    row = session.get(DiagnosisRow, diagnosis_id)
+    if row is None:
+        raise NotFound(f"diagnosis {diagnosis_id} does not exist", detail={"diagnosis_id": diagnosis_id})
+    return row
+
+
+def list_for_job(*, session: Session, job_id: int) -> list[DiagnosisRow]:
+    jobs.get_job(session=session, job_id=job_id)
+    query = select(DiagnosisRow).where(DiagnosisRow.job_id == job_id).order_by(DiagnosisRow.id.desc())
+    return list(session.scalars(query))
+
+
+def unfinished_ids(*, session: Session) -> list[int]:
+    query = select(DiagnosisRow.id).where(DiagnosisRow.status.in_(UNFINISHED)).order_by(DiagnosisRow.id)
+    return list(session.scalars(query))
+
+
+def claim_diagnosis(*, session: Session, diagnosis_id: int) -> Claim | None:
+    """Mark the row running; None when it is already finished (a duplicate delivery)."""
+    row = session.get(DiagnosisRow, diagnosis_id, with_for_update=True)
+    if row is None or row.status not in UNFINISHED:
+        return None
+    row.status = DiagnosisStatus.RUNNING.value
+    row.runs = (row.runs or 0) + 1
+    row.started_at = utcnow()
+    log = session.get(JobLog, row.job_log_id)
+    return Claim(row.id, log.id, log.blob_sha256, row.log_bytes)
+
+
+def _set_effective_cause(session: Session, row: DiagnosisRow) -> None:
+    job = session.get(Job, row.job_id)
+    if job.diagnosis_id is None or row.id >= job.diagnosis_id:
+        job.diagnosis_id = row.id
+        job.error_type = row.error_type
+        job.category = row.category
+
+
+def complete_diagnosis(*, session: Session, diagnosis_id: int, output: dict[str, Any]) -> DiagnosisRow | None:
+    row = session.get(DiagnosisRow, diagnosis_id, with_for_update=True)
+    if row is None or row.status not in UNFINISHED:
+        return None  # written once, never overwritten
+    result = output["diagnosis"]
+    versions = result.get("versions") or {}
+    compressed = CompressedLog(job_log_id=row.job_log_id, log_bytes=row.log_bytes,
+                               rules_version=versions.get("rules") or "", text=output["compressed_text"],
+                               stats=result.get("compression") or {})
+    session.add(compressed)
+    session.flush()
+    root = result["root_cause"]
+    row.result = result
+    row.error_type = root["error_type"]
+    row.category = root["category"]
+    row.confidence = root["confidence"]
+    row.decided_by = result.get("decided_by")
+    row.rules_version = versions.get("rules")
+    row.prompt_version = versions.get("prompt")
+    row.model_version = versions.get("model")
+    row.compressed_log_id = compressed.id
+    row.status = DiagnosisStatus.DONE.value
+    row.finished_at = utcnow()
+    _set_effective_cause(session, row)
+    return row
+
+
+def fail_diagnosis(*, session: Session, diagnosis_id: int, error: str) -> DiagnosisRow | None:
+    row = session.get(DiagnosisRow, diagnosis_id, with_for_update=True)
+    if row is None or row.status not in UNFINISHED:
+        return None
+    row.status = DiagnosisStatus.FAILED.value
+    row.error = error
+    row.finished_at = utcnow()
+    return row
+
+
+def label_out(label: Label) -> LabelOut:
+    return LabelOut(id=label.id, diagnosis_id=label.diagnosis_id, verdict=label.verdict,
+                    error_type=label.error_type, category=label.category, note=label.note,
+                    created_by=label.created_by, created_at=label.created_at)
+
+
+def to_out(*, session: Session, row: DiagnosisRow) -> DiagnosisOut:
+    labels = session.scalars(select(Label).where(Label.diagnosis_id == row.id).order_by(Label.id))
+    attempt = session.get(Attempt, row.attempt_id)
+    return DiagnosisOut(
+        id=row.id, job_id=row.job_id, attempt=attempt.number, log_id=row.job_log_id,
+        log_bytes=row.log_bytes, status=row.status, error=row.error, diagnosis=row.result,
+        versions={"rules": row.rules_version, "prompt": row.prompt_version, "model": row.model_version},
+        labels=[label_out(lb) for lb in labels], created_at=row.created_at,
+        started_at=row.started_at, finished_at=row.finished_at)

@@ -1,0 +1,146 @@
+"""Executes diagnosis rows and queues them.
+
+- `DiagnosisWorker.execute(id)`: claim the row, run the pipeline, write the result once.
+- `LocalQueue` (SQLite): asyncio tasks in the server process; rows still pending or running at
+  start-up (a crash or restart interrupted them) are re-queued.
+- `ProcrastinateQueue` (PostgreSQL): durable jobs in procrastinate's tables, worked by a worker
+  inside the server (`LOGDX_RUN_WORKER`) and/or separate processes; same re-queue at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol
+
+import anyio
+from sqlalchemy import text
+
+from app.api.metrics import Metrics
+from app.db.engine import Database
+from app.diagnoses import service
+from app.diagnoses.executor import PipelineExecutor
+from app.logs.storage import BlobStore
+
+log = logging.getLogger("logdx.worker")
+
+
+class DiagnosisWorker:
+    def __init__(self, *, db: Database, store: BlobStore, executor: PipelineExecutor,
+                 metrics: Metrics) -> None:
+        self.db, self.store, self.executor, self.metrics = db, store, executor, metrics
+
+    async def execute(self, diagnosis_id: int, *, mode: str = "async") -> None:
+        claim = await anyio.to_thread.run_sync(
+            lambda: self.db.run(service.claim_diagnosis, diagnosis_id=diagnosis_id))
+        if claim is None:
+            return
+        path = (self.store.blob_path(claim.blob_sha256) if claim.blob_sha256
+                else self.store.part_path(claim.job_log_id))
+        started = time.perf_counter()
+        try:
+            output = await self.executor.run(path, claim.log_bytes)
+        except Exception as exc:  # noqa: BLE001 - recorded on the row, never lost
+            log.exception("diagnosis %s crashed", diagnosis_id)
+            await anyio.to_thread.run_sync(lambda: self.db.run(
+                service.fail_diagnosis, diagnosis_id=diagnosis_id, error=f"internal error: {exc!r}"))
+            self.metrics.diagnoses.labels(mode=mode, outcome="error").inc()
+            return
+        self.metrics.diagnosis_seconds.labels(mode=mode).observe(time.perf_counter() - started)
+        if "input_error" in output:
+            await anyio.to_thread.run_sync(lambda: self.db.run(
+                service.fail_diagnosis, diagnosis_id=diagnosis_id, error=output["input_error"]))
+            self.metrics.diagnoses.labels(mode=mode, outcome="input_error").inc()
+            return
+        await anyio.to_thread.run_sync(lambda: self.db.run(
+            service.complete_diagnosis, diagnosis_id=diagnosis_id, output=output))
+        self.metrics.observe_diagnosis(output["diagnosis"], mode=mode)
+
+
+class DiagnosisQueue(Protocol):
+    async def start(self) -> None: ...
+    async def submit(self, diagnosis_id: int) -> None: ...
+    async def stop(self) -> None: ...
+
+
+class LocalQueue:
+    def __init__(self, *, worker: DiagnosisWorker, db: Database, enabled: bool) -> None:
+        self.worker, self.db, self.enabled = worker, db, enabled
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        if not self.enabled:
+            return
+        ids = await anyio.to_thread.run_sync(lambda: self.db.run(service.unfinished_ids))
+        if ids:
+            log.info("re-queueing %d unfinished diagnoses", len(ids))
+        for diagnosis_id in ids:
+            await self.submit(diagnosis_id)
+
+    async def submit(self, diagnosis_id: int) -> None:
+        if not self.enabled:
+            return  # stays pending in the database; a server with a worker picks it up
+        task = asyncio.create_task(self.worker.execute(diagnosis_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class ProcrastinateQueue:
+    QUEUE = "diagnoses"
+    TASK = "logdx.diagnose"
+    _SCHEMA_LOCK = 0x6C6F6764  # pg advisory lock id: concurrent replicas apply the schema once
+
+    def __init__(self, *, worker: DiagnosisWorker, db: Database, enabled: bool, concurrency: int) -> None:
+        import procrastinate
+
+        self.worker, self.db, self.enabled, self.concurrency = worker, db, enabled, concurrency
+        conninfo = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
+
+        @self.app.task(name=self.TASK, queue=self.QUEUE)
+        async def diagnose(diagnosis_id: int) -> None:
+            await worker.execute(diagnosis_id)
+
+        self._task = diagnose
+        self._worker_task: asyncio.Task | None = None
+
+    def _ensure_schema(self) -> None:
+        from procrastinate.schema import SchemaManager
+
+        with self.db.engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": self._SCHEMA_LOCK})
+            if conn.execute(text("SELECT to_regclass('procrastinate_jobs')")).scalar() is None:
+                # simple-query protocol (no parameters) allows the multi-statement schema
+                conn.connection.driver_connection.execute(SchemaManager.get_schema())
+
+    async def start(self) -> None:
+        await anyio.to_thread.run_sync(self._ensure_schema)
+        await self.app.open_async()
+        ids = await anyio.to_thread.run_sync(lambda: self.db.run(service.unfinished_ids))
+        for diagnosis_id in ids:
+            await self.submit(diagnosis_id)
+        if self.enabled:
+            self._worker_task = asyncio.create_task(self.app.run_worker_async(
+                queues=[self.QUEUE], concurrency=self.concurrency, install_signal_handlers=False,
+                wait=True, fetch_job_polling_interval=1.0))
+
+    async def submit(self, diagnosis_id: int) -> None:
+        from procrastinate.exceptions import AlreadyEnqueued
+
+        try:
+            await self._task.configure(queueing_lock=f"diagnosis-{diagnosis_id}").defer_async(
+                diagnosis_id=diagnosis_id)
+        except AlreadyEnqueued:
+            pass
+
+    async def stop(self) -> None:
+        if self._worker_task is not None:
+            self._worker_task.cancel()
+            await asyncio.gather(self._worker_task, return_exceptions=True)
+        await self.app.close_async()

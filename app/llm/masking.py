@@ -1,0 +1,112 @@
+"""Mask what must not leave the machine (hosts, IPs, users, paths, secrets) and restore it after.
+
+A `Masking` is built per request: the same value always maps to the same placeholder
+(`<HOST_1>`), so the model can still reason about "the same host"; `restore` puts the original
+values back into the model's answer. Secrets are replaced but never restored into answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+# order matters: secrets first (they may contain path-like or host-like text), then URLs, ...
+_SECRET_PATTERNS = [
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+    r"\b(?:sk|pk|rk)-(?:proj-|live-|test-)?[A-Za-z0-9_-]{16,}",
+    r"\bhf_[A-Za-z0-9]{20,}",
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    r"\bxox[abpsr]-[A-Za-z0-9-]{10,}",
+    r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
+    r"\bAIza[0-9A-Za-z_-]{30,}",
+    r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
+    r"(?i)(?<=\bbearer\s)[A-Za-z0-9._~+/=-]{8,}",
+    r"(?i)(?<=\b(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|secret[_-]?key"
+    r"|auth|credentials?|wandb[_-]?api[_-]?key|hf[_-]?token)\s*[=:]\s*[\"']?)[^\s\"',;]{4,}",
+    r"(?<=://[^/\s:@]{1,64}:)[^@\s/]{3,}(?=@)",  # password in user:pass@host URLs
+]
+_SECRET_RE = regex.compile("|".join(f"(?:{p})" for p in _SECRET_PATTERNS))
+_EMAIL_RE = regex.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+_IPV4_RE = regex.compile(r"(?<![\d.])(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}(?![\d.])")
+_IPV6_RE = regex.compile(r"(?<![:\w])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![:\w])|\bfe80::[0-9a-fA-F:]+")
+_USER_RE = regex.compile(r"(?<=/(?:home|Users|users)/)[A-Za-z0-9._-]+|(?<=\b(?:user(?:name)?|USER|LOGNAME)\s*[=:]\s*)[A-Za-z0-9._-]+"
+                         r"|\b[A-Za-z0-9._-]+(?=@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\b(?!\.[a-z]{2,}))")
+_FQDN_RE = regex.compile(r"\b(?:[a-zA-Z0-9-]+\.)+(?:local|internal|lan|corp|cluster|svc|intra|com|net|org|io|ai|cloud)\b")
+_HOST_RE = regex.compile(r"\b(?:[a-zA-Z][a-zA-Z0-9]*-)*(?:node|host|gpu|worker|compute|ip|dgx|hgx|srv|server|cn|gn)"
+                         r"[-_]?\d+(?:[-_][a-zA-Z0-9]+)*\b", regex.IGNORECASE)
+# directory part of an absolute path; the file name stays (it often names the failing thing)
+_PATH_RE = regex.compile(r"(?<![\w.:/])(?:/[A-Za-z0-9._@+-]+)+(?=/[A-Za-z0-9._@+-]+)")
+_KNOWN_SYSTEM_DIRS = ("/usr", "/opt/conda/lib", "/lib", "/proc", "/dev", "/sys", "/bin", "/etc")
+
+
+@dataclass
+class Masking:
+    """Placeholders of one request; `restore` maps them back in the answer."""
+
+    forward: dict[str, str] = field(default_factory=dict)  # original -> placeholder
+    kinds: dict[str, str] = field(default_factory=dict)  # placeholder -> kind
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def placeholder(self, kind: str, value: str) -> str:
+        if value in self.forward:
+            return self.forward[value]
+        n = self.counters.get(kind, 0) + 1
+        self.counters[kind] = n
+        ph = f"<{kind}_{n}>"
+        self.forward[value] = ph
+        self.kinds[ph] = kind
+        return ph
+
+    def restore(self, text: str) -> str:
+        if "<" not in text:
+            return text
+        back = {ph: orig for orig, ph in self.forward.items() if self.kinds[ph] != "SECRET"}
+        return regex.sub(r"<[A-Z]+_\d+>", lambda m: back.get(m.group(0), m.group(0)), text)
+
+    def restore_obj(self, obj: Any) -> Any:
+        if isinstance(obj, str):
+            return self.restore(obj)
+        if isinstance(obj, list):
+            return [self.restore_obj(v) for v in obj]
+        if isinstance(obj, dict):
+            return {k: self.restore_obj(v) for k, v in obj.items()}
+        return obj
+
+
+class Masker:
+    """Stateless: `mask(text, known_hosts=...)` returns the masked text and its `Masking`."""
+
+    def __init__(self, *, hosts: bool = True, ips: bool = True, users: bool = True, paths: bool = True,
+                 secrets: bool = True) -> None:
+        self.hosts, self.ips, self.users, self.paths, self.secrets = hosts, ips, users, paths, secrets
+
+    def mask(self, text: str, *, known_hosts: Iterable[str] = (), masking: Masking | None = None) -> tuple[str, Masking]:
+        m = masking or Masking()
+        if self.secrets:
+            text = _SECRET_RE.sub(lambda x: m.placeholder("SECRET", x.group(0)), text)
+            text = _EMAIL_RE.sub(lambda x: m.placeholder("EMAIL", x.group(0)), text)
+        if self.ips:
+            text = _IPV4_RE.sub(lambda x: m.placeholder("IP", x.group(0)), text)
+            text = _IPV6_RE.sub(lambda x: m.placeholder("IP", x.group(0)), text)
+        if self.hosts:
+            for host in sorted({h for h in known_hosts if h and len(h) >= 3}, key=len, reverse=True):
+                text = regex.sub(rf"(?<![\w-]){regex.escape(host)}(?![\w-])",
+                                 lambda x: m.placeholder("HOST", x.group(0)), text)
+            text = _FQDN_RE.sub(lambda x: x.group(0) if _looks_like_module(x.group(0))
+                                else m.placeholder("HOST", x.group(0)), text)
+            text = _HOST_RE.sub(lambda x: m.placeholder("HOST", x.group(0)), text)
+        if self.users:
+            text = _USER_RE.sub(lambda x: m.placeholder("USER", x.group(0)), text)
+        if self.paths:
+            text = _PATH_RE.sub(lambda x: x.group(0) if x.group(0).startswith(_KNOWN_SYSTEM_DIRS)
+                                else m.placeholder("PATH", x.group(0)), text)
+        return text, m
+
+
+def _looks_like_module(name: str) -> bool:
+    """`torch.distributed.elastic.multiprocessing.api` is code, not a host."""
+    return name.endswith((".py", ".so")) or name.startswith(("torch.", "deepspeed.", "transformers.", "megatron."))

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import pytest
+
+from app.core import compress as compress_mod
+from app.core.compress import compress_source
+from app.core.rules import load_rules
+
+RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
+
+
+@pytest.fixture(scope="module")
+def rules_min():
+    return load_rules(RULES_MIN)
+
+
+def megatron(step: int, loss: str = "2.345E+00", host: str = "node-01") -> str:
+    return (f"{host}: iteration {step:8d}/  500000 | consumed samples: {step * 512:10d} | "
+            f"lm loss: {loss} | loss scale: 65536.0 | number of nan iterations: 0 |")
+
+
+def make_log(n_steps: int = 2000) -> str:
+    lines = [f"node-0{r % 4}:{100 + r}:{200 + r} [{r % 8}] NCCL INFO Channel 00/02 : 0 1" for r in range(16)]
+    lines += ["UserWarning: something deprecated"] * 3
+    lines += [megatron(i, f"{3 - i / 1000:.4E}") for i in range(1, n_steps + 1)]
+    lines += ["[rank5]: Traceback (most recent call last):",
+              "[rank5]:   File \"train.py\", line 10, in <module>",
+              "[rank5]: RuntimeError: CUDA error: uncorrectable ECC error encountered"]
+    lines += [f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=77, OpType=ALLREDUCE)"
+              for r in range(8) if r != 5]
+    return "\n".join(lines) + "\n"
+
+
+def test_drops_metrics_and_keeps_errors_with_context(rules_min):
+    log = compress_source(io.BytesIO(make_log().encode()), rules_min)
+    s = log.stats
+    assert s.lines_in == 16 + 2000 + 3 + 3 + 7
+    assert s.dropped_by_rule == {"t-iter": 2000, "t-nccl-info": 16}
+    assert s.lines_dropped + s.lines_kept == s.lines_in
+    text = log.text
+    assert "uncorrectable ECC error encountered" in text
+    assert "iteration     1000/" not in text
+    # the error line is kept verbatim and flagged; the watchdog timeouts fold into one template
+    watchdog = [t for t in log.templates if "Watchdog" in t.text]
+    assert len(watchdog) == 1 and watchdog[0].count == 7
+    assert "×7" in text and "ranks[0,1,2,3,4,6,7]" in text
+    # a dropped metric line right before the failure is kept as context
+    assert any("iteration     2000/" in v for v in log.context.values())
+    # last progress marker = the last iteration line
+    assert log.last_progress is not None and log.last_progress.step == 2000
+    assert log.last_progress.line == 16 + 3 + 2000
+
+
+def test_repeated_lines_fold_with_counts_and_line_range(rules_min):
+    lines = [f"node-{i % 3}: WARNING step {i} took {i * 7} ms on host node-{i % 3}" for i in range(100)]
+    log = compress_source(io.BytesIO(("\n".join(lines) + "\n").encode()), rules_min)
+    assert len(log.templates) == 1
+    t = log.templates[0]
+    assert (t.count, t.first_line, t.last_line) == (100, 1, 100)
+    assert t.hosts == {"node-0", "node-1", "node-2"}
+
+
+def test_metric_series_nan_and_spike(rules_min):
+    lines = [megatron(i, "2.0E+00") for i in range(1, 50)]
+    lines.append(megatron(50, "nan"))
+    log = compress_source(io.BytesIO(("\n".join(lines) + "\n").encode()), rules_min)
+    assert [p.line for p in log.nan_points] == [50]
+    assert all(not math.isnan(p.values["loss"]) for p in log.metrics)
+    assert len(log.metrics) >= 2
+
+
+def test_carriage_return_progress_bars_are_split(rules_min):
+    bar = "\r".join(f"  {p}%|{'█' * (p // 10)}     | {p}/100 [00:01<00:20,  4.6it/s]" for p in range(0, 101, 5))
+    data = (bar + "\rRuntimeError: CUDA error: uncorrectable ECC error encountered\n").encode()
+    log = compress_source(io.BytesIO(data), rules_min)
+    assert log.stats.dropped_by_rule.get("t-tqdm") == 21
+    assert [o.line for o in log.occurrences] == [1]
+    assert "4.6it/s" not in log.text
+
+
+def test_bad_bytes_never_crash(rules_min):
+    junk = bytes(b for b in range(256) if b != 10) * 4000 + b"\x00\x00\nKeyError: \xff\xfe 'x'\n" + b"\xc3\x28" * 10
+    log = compress_source(io.BytesIO(junk), rules_min)
+    assert log.stats.lines_in == 3
+    assert any("KeyError" in o.text for o in log.occurrences)
+    assert "\x00" not in log.text
+
+
+def test_ten_megabyte_line_is_cut(rules_min):
+    data = b"a" * (10 * 1024 * 1024) + b"\nKeyError: 'optimizer'\n"
+    log = compress_source(io.BytesIO(data), rules_min)
+    assert log.stats.lines_in == 2
+    assert log.stats.lines_cut == 1
+    assert len(log.text) < 200_000
+    assert log.occurrences[0].line == 2
+
+
+def test_parallel_ranges_give_the_same_result_as_one_stream(tmp_path, rules_min, monkeypatch):
+    path = tmp_path / "big.log"
+    path.write_text(make_log(20_000))
+    sequential = compress_source(path, rules_min, workers=1)
+    monkeypatch.setattr(compress_mod, "PARALLEL_MIN_BYTES", 1)
+    parallel = compress_source(path, rules_min, workers=2, chunk_size=256 * 1024)
+    assert parallel.stats.model_dump() == sequential.stats.model_dump()
+    assert [(t.text, t.count, t.first_line, t.last_line) for t in parallel.templates] == \
+           [(t.text, t.count, t.first_line, t.last_line) for t in sequential.templates]
+    assert [o.line for o in parallel.occurrences] == [o.line for o in sequential.occurrences]
+    assert parallel.last_progress == sequential.last_progress

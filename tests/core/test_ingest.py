@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import gzip
+import io
+
+import pytest
+import zstandard
+
+from app.core.ingest import InputError, IngestReport, iter_chunks
+
+LOG = b"".join(b"step %d loss 2.%d\n" % (i, i % 10) for i in range(50_000))
+
+
+def read_all(source, **kw) -> tuple[bytes, IngestReport]:
+    report = IngestReport()
+    data = b"".join(iter_chunks(source, report, **kw))
+    return data, report
+
+
+@pytest.mark.parametrize("encode,encoding", [
+    (lambda b: b, "plain"),
+    (gzip.compress, "gzip"),
+    (lambda b: zstandard.ZstdCompressor().compress(b), "zstd"),
+])
+def test_reads_every_encoding_by_magic_bytes(tmp_path, encode, encoding):
+    path = tmp_path / "log.bin"  # no telling extension: detection is by content
+    path.write_bytes(encode(LOG))
+    data, report = read_all(path, chunk_size=4096)
+    assert data == LOG
+    assert report.encoding == encoding
+    assert report.warnings == []
+
+
+def test_chunks_end_on_newlines():
+    chunks = list(iter_chunks(io.BytesIO(LOG), IngestReport(), chunk_size=1000))
+    assert len(chunks) > 10
+    assert all(c.endswith(b"\n") for c in chunks)
+
+
+def test_concatenated_zstd_frames_are_all_read():
+    z = zstandard.ZstdCompressor()
+    blob = z.compress(LOG[:1000]) + z.compress(LOG[1000:])
+    data, report = read_all(io.BytesIO(blob))
+    assert data == LOG and not report.warnings
+
+
+@pytest.mark.parametrize("compressor", [gzip.compress, lambda b: zstandard.ZstdCompressor().compress(b)])
+def test_truncated_archive_keeps_what_was_read_and_warns(compressor):
+    blob = compressor(LOG)
+    data, report = read_all(io.BytesIO(blob[: len(blob) // 2]), chunk_size=64 * 1024)
+    assert 0 < len(data) < len(LOG)
+    assert LOG.startswith(data)
+    assert len(report.warnings) == 1 and "truncated" in report.warnings[0]
+
+
+def test_corrupt_gzip_body_warns_instead_of_raising():
+    blob = bytearray(gzip.compress(LOG))
+    blob[200:260] = b"\xff" * 60
+    data, report = read_all(io.BytesIO(bytes(blob)))
+    assert report.warnings and "gzip" in report.warnings[0]
+    assert LOG.startswith(data)
+
+
+def test_overlong_line_across_chunks_is_cut_and_marked():
+    big = b"x" * (3 * 1024 * 1024)
+    data, report = read_all(io.BytesIO(b"before\n" + big + b"\nafter\n"), chunk_size=256 * 1024, line_cap=65536)
+    lines = data.split(b"\n")
+    assert lines[0] == b"before" and lines[2] == b"after"
+    assert lines[1].startswith(b"x" * 65536) and b"[logdx: line cut at 65536 bytes]" in lines[1]
+    assert report.lines_cut == 1
+
+
+def test_missing_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_all(tmp_path / "nope.log")
+    with pytest.raises(InputError, match="not a regular file"):
+        read_all(tmp_path)
+
+
+def test_empty_input():
+    data, report = read_all(io.BytesIO(b""))
+    assert data == b"" and report.bytes_read == 0 and not report.warnings
