@@ -10,8 +10,7 @@ from __future__ import annotations
 import regex
 
 _RANK_RES = [
-    regex.compile(r"^\[(?:rank|Rank|RANK)\s?(\d{1,6})\]"),
-    regex.compile(r"\[(?:Rank|rank)\s(\d{1,6})\]"),
+    regex.compile(r"\[(?:rank|Rank|RANK)\s?(\d{1,6})\]"),
     regex.compile(r"^\[default(\d{1,6})\]:"),
     regex.compile(r"\b(?:global_rank|rank)[=:]\s?(\d{1,6})\b"),
     regex.compile(r"^(?:[A-Za-z][\w.-]*:\s)?(\d{1,5}):\s"),

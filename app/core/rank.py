@@ -100,10 +100,10 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
         if ev is root:
             continue
         r = effective_role(ev)
-        if r is Role.SYMPTOM or (ev.first_line >= root.first_line and r is not Role.CAUSE):
-            label = "symptom"
-        elif r is Role.WRAPPER:
+        if r is Role.WRAPPER:
             label = "wrapper"
+        elif r is Role.SYMPTOM:
+            label = "symptom"
         elif ev.first_line > root.first_line and (not ev.ranks or not root.ranks or ev.ranks & root.ranks
                                                    or ev.category is root.category):
             label = "symptom"

@@ -1,0 +1,93 @@
+"""Request dependencies. `Annotated` aliases make route signatures read as sentences:
+`def list_jobs(db: DbDep, _: Engineer)`."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Annotated, TypeVar
+
+import anyio
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.api.metrics import Metrics
+from app.auth.models import TokenRole
+from app.auth.service import Principal, authenticate
+from app.core.pipeline import Pipeline
+from app.db.engine import Database
+from app.diagnoses.executor import PipelineExecutor
+from app.diagnoses.worker import DiagnosisQueue, DiagnosisWorker
+from app.errors import Forbidden, Unauthorized
+from app.logs.storage import BlobStore
+from app.settings import Settings
+
+T = TypeVar("T")
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: Database
+    store: BlobStore
+    pipeline: Pipeline
+    executor: PipelineExecutor
+    worker: DiagnosisWorker
+    queue: DiagnosisQueue
+    metrics: Metrics
+    _job_locks: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary)
+
+    def job_lock(self, job_id: int) -> asyncio.Lock:
+        """Serialises chunk appends per job within this process."""
+        lock = self._job_locks.get(job_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._job_locks[job_id] = lock
+        return lock
+
+    async def run_db(self, fn: Callable[..., T], /, **kwargs) -> T:
+        """Run a service function in its own transaction, off the event loop."""
+        return await anyio.to_thread.run_sync(partial(self.db.run, fn, **kwargs))
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def get_db(services: ServicesDep) -> Database:
+    return services.db
+
+
+DbDep = Annotated[Database, Depends(get_db)]
+
+_bearer = HTTPBearer(auto_error=False, description="API token from `logdx token create`")
+
+
+def require(role: TokenRole) -> Callable[..., Principal]:
+    def dependency(request: Request, services: ServicesDep,
+                   credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+        if credentials is None or not credentials.credentials:
+            raise Unauthorized("this endpoint needs `Authorization: Bearer <token>`")
+        principal = services.db.run(authenticate, token=credentials.credentials)
+        if principal is None:
+            raise Unauthorized("unknown or revoked token")
+        if not principal.allows(role):
+            raise Forbidden(f"needs role {role.value} or higher; this token is {principal.role.value}",
+                            detail={"needed": role.value, "role": principal.role.value})
+        request.state.principal = principal
+        return principal
+
+    dependency.required_role = role  # read by the route-walking auth test
+    dependency.__name__ = f"require_{role.value}"
+    return dependency
+
+
+Scheduler = Annotated[Principal, Depends(require(TokenRole.SCHEDULER))]
+Engineer = Annotated[Principal, Depends(require(TokenRole.ENGINEER))]
+Admin = Annotated[Principal, Depends(require(TokenRole.ADMIN))]

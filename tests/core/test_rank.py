@@ -1,0 +1,150 @@
+"""Root-cause ranking and actions on synthetic cascades (mechanics, with a minimal rule set)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from app.core.pipeline import Pipeline
+from app.core.rules import load_rules
+
+RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return Pipeline(load_rules(RULES_MIN))
+
+
+def run(pipe, text: str):
+    return pipe.diagnose(io.BytesIO(text.encode())).diagnosis
+
+
+def iters(n: int, start: int = 1, loss: float = 2.0, host: str = "node-01") -> list[str]:
+    return [f"{host}: iteration {i:8d}/  500000 | lm loss: {loss:.4E} | loss scale: 65536.0 |"
+            for i in range(start, start + n)]
+
+
+def test_hardware_error_on_one_rank_beats_later_nccl_timeouts(pipe):
+    lines = iters(100)
+    lines += ["node-05: [rank37]: RuntimeError: CUDA error: uncorrectable ECC error encountered"]
+    lines += [f"node-0{r // 8}: [rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective "
+              "operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)" for r in range(64) if r != 37]
+    lines += ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "ECCError"
+    assert d.root_cause.evidence[0].line == 101
+    assert d.root_cause.evidence[0].rank == 37 and d.root_cause.evidence[0].host == "node-05"
+    assert d.action.kind == "isolate_and_restart" and d.action.suspect_hosts == ["node-05"]
+    roles = {c.error_type: c.role for c in d.co_occurring}
+    assert roles == {"NCCLTimeoutError": "symptom", "ChildFailedError": "symptom"}
+    timeout = next(c for c in d.co_occurring if c.error_type == "NCCLTimeoutError")
+    assert timeout.count == 63
+    assert d.root_cause.confidence >= 0.9
+
+
+def test_oom_on_one_rank_then_watchdog_timeouts(pipe):
+    lines = ["[rank2]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 336.00 MiB."]
+    lines += [f"[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: "
+              "WorkNCCL(SeqNum=15734)" for r in (0, 1, 3)]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "OutOfMemoryError"
+    assert d.action.kind == "no_retry"
+    assert [c.role for c in d.co_occurring] == ["symptom"]
+
+
+def test_remote_process_exited_is_a_symptom_of_the_peer_crash(pipe):
+    lines = ["node-02:11:12 [3] NCCL WARN NET/IB : remote process exited or there was a network error",
+             "node-07: [rank9]: KeyError: 'optimizer'"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "KeyError"
+    assert d.co_occurring[0].error_type == "NCCLRemoteError" and d.co_occurring[0].role == "symptom"
+
+
+def test_chained_traceback_blames_the_first_exception(pipe):
+    text = """Traceback (most recent call last):
+  File "loader.py", line 3, in load
+KeyError: 'weights'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "train.py", line 9, in <module>
+ValueError: could not load the model
+"""
+    d = run(pipe, text)
+    assert d.root_cause.error_type == "KeyError"
+    assert d.co_occurring[0].error_type == "ValueError" and d.co_occurring[0].role == "wrapper"
+
+
+def test_launcher_summary_that_hides_a_sigkill(pipe):
+    text = "\n".join(iters(20)) + """
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-05-01_10:00:00
+  host      : node-03
+  rank      : 5 (local_rank: 5)
+  exitcode  : -9 (pid: 1234)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 1234
+============================================================
+"""
+    d = run(pipe, text)
+    assert d.root_cause.error_type == "HostOOMKilled"
+    assert d.action.kind == "no_retry"
+
+
+def test_no_error_and_progress_stops_is_a_hang(pipe):
+    text = "\n".join(iters(300)) + "\nsaving checkpoint at iteration 300\n"
+    d = run(pipe, text)
+    assert d.root_cause.error_type == "Hang"
+    assert d.last_progress is not None and d.last_progress.step == 300 and d.last_progress.line == 300
+    assert d.root_cause.evidence[0].line == 300
+    assert d.action.kind == "investigate"
+
+
+def test_nan_loss_from_the_metric_series(pipe):
+    text = "\n".join(iters(200) + iters(3, start=201, loss=float("nan"))) + "\n"
+    d = run(pipe, text)
+    assert d.root_cause.error_type == "NaNLoss"
+    assert d.root_cause.evidence[0].line == 201
+    assert d.action.kind == "rollback_and_skip"
+
+
+def test_loss_spike_mid_run_rolls_back_and_early_spike_investigates(pipe):
+    mid = iters(300, loss=2.0) + iters(5, start=301, loss=9.5)
+    d = run(pipe, "\n".join(mid) + "\n")
+    assert d.root_cause.error_type == "LossSpike"
+    assert d.action.kind == "rollback_and_skip"
+    early = iters(2, loss=1.13) + iters(1, start=3, loss=11.5)
+    d = run(pipe, "\n".join(early) + "\n")
+    assert d.root_cause.error_type == "LossSpike"
+    assert d.action.kind == "investigate"
+
+
+def test_collective_timeout_with_a_silent_rank_investigates_that_rank(pipe):
+    lines = [f"[E ProcessGroupNCCL.cpp:457] [Rank {r}] Watchdog caught collective operation timeout: "
+             "WorkNCCL(SeqNum=1132079)" for r in (3, 2, 1)]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "NCCLTimeoutError"
+    assert d.action.kind == "investigate" and d.action.suspect_ranks == [0]
+    d = run(pipe, lines[0].replace("Rank 3", "Rank 0") + "\n")
+    assert d.action.kind == "retry"
+
+
+def test_error_words_without_rules_give_unknown_with_low_confidence(pipe):
+    d = run(pipe, "starting\nFATAL: the flux capacitor failed\n")
+    assert d.root_cause.error_type == "Unknown" and d.root_cause.confidence < 0.4
+    assert d.root_cause.evidence[0].line == 2
+    assert d.action.kind == "investigate"
+
+
+def test_empty_log(pipe):
+    d = run(pipe, "")
+    assert d.root_cause.error_type == "Unknown" and d.compression.lines_in == 0
