@@ -185,10 +185,13 @@ def rules_explain(line: str, rules_dir: str | None) -> None:
 
 
 def _register_extensions() -> None:
-    try:
-        from app.service_cli import register
-    except ImportError:
+    """Mount the service commands (`serve`, `token`) when the service package is present."""
+    import importlib.util
+
+    if importlib.util.find_spec("app.service_cli") is None:
         return
+    from app.service_cli import register
+
     register(cli)
 
 

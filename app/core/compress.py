@@ -37,6 +37,7 @@ MAX_OCCURRENCES_PER_RULE = 2_000
 METRIC_SAMPLES_PER_CHUNK = 128
 MAX_SET_MEMBERS = 512
 CUT_SLACK = 64
+TAIL_BYTES = 64 * 1024  # split this much of a pure-metric chunk's end
 
 _ERROR_HINT = regex.compile(
     r"Traceback \(most recent call last\)|Error\b|Exception\b|\berror\b|\bERROR\b|\bFATAL\b|\bfatal\b|"
@@ -160,28 +161,38 @@ class Compressor:
     # ---- hot path -------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> None:
         self.bytes_in += len(chunk)
-        lines = chunk.split(b"\n")
         shapes = chunk.translate(None, DIGITS).split(b"\n")
-        if not lines[-1]:
-            lines.pop()
+        if not shapes[-1]:
             shapes.pop()
-        n = len(lines)
-        base = self.lines_in + 1  # 1-based line number of lines[0]
+        n = len(shapes)
+        base = self.lines_in + 1  # 1-based line number of the chunk's first line
         self.lines_in += n
         self._extracted.clear()
-        if self._after:
-            self._owe_context(lines, base)
         drop = self._drop
         dropped = list(map(drop.__contains__, shapes))
         self._dropped_shapes.update(compress(shapes, dropped))
-        for i in compress(range(n), map(not_, dropped)):
+        survivors = list(compress(range(n), map(not_, dropped)))
+        # The original lines are split only when a line survives or context is owed; a chunk of
+        # pure metrics only splits its tail (for metric samples, progress and context).
+        if survivors or self._after:
+            lines = chunk.split(b"\n")[:n]
+            first = 0
+        else:
+            cut = chunk.rfind(b"\n", 0, max(0, len(chunk) - TAIL_BYTES - 1))
+            lines = chunk[cut + 1:].split(b"\n")[: n if cut < 0 else None]
+            if len(lines) > n or (lines and not lines[-1] and chunk.endswith(b"\n")):
+                lines = lines[:-1] if not lines[-1] else lines
+            first = n - len(lines)
+        if self._after:
+            self._owe_context(lines, base)
+        for i in survivors:
             self._survivor(lines, shapes, i, base)
         if self._extract:
-            self._sample_metrics(lines, shapes, base)
+            self._sample_metrics(lines, shapes, base, first)
         if self._progress_shapes:
-            for i in range(n - 1, -1, -1):
+            for i in range(n - 1, first - 1, -1):
                 if shapes[i] in self._progress_shapes:
-                    self._last_progress = (base + i, lines[i])
+                    self._last_progress = (base + i, lines[i - first])
                     break
         self._tail = lines[-CONTEXT_BEFORE:]
 
@@ -347,9 +358,11 @@ class Compressor:
         if values:
             self._metrics.append(point)
 
-    def _sample_metrics(self, lines: list[bytes], shapes: list[bytes], base: int) -> None:
+    def _sample_metrics(self, lines: list[bytes], shapes: list[bytes], base: int, first: int) -> None:
+        """Extract metrics from up to METRIC_SAMPLES_PER_CHUNK evenly spaced lines of `lines`
+        (which holds shapes[first:]); NaN/inf values are caught exactly by their own shape."""
         extract = self._extract
-        idx = list(compress(range(len(shapes)), map(extract.__contains__, shapes)))
+        idx = list(compress(range(first, len(shapes)), map(extract.__contains__, shapes[first:] if first else shapes)))
         if not idx:
             return
         step = max(1, len(idx) // METRIC_SAMPLES_PER_CHUNK)
@@ -358,7 +371,7 @@ class Compressor:
             picked.append(idx[-1])
         rules = self.ruleset.filters
         for i in picked:
-            self._extract_point(rules[extract[shapes[i]]], _decode(lines[i]), base + i)
+            self._extract_point(rules[extract[shapes[i]]], _decode(lines[i - first]), base + i)
 
     # ---- result ---------------------------------------------------------------------------
     def partial(self) -> Partial:

@@ -40,6 +40,7 @@ _HOST_RE = regex.compile(r"\b(?:[a-zA-Z][a-zA-Z0-9]*-)*(?:node|host|gpu|worker|c
                          r"[-_]?\d+(?:[-_][a-zA-Z0-9]+)*\b", regex.IGNORECASE)
 # directory part of an absolute path; the file name stays (it often names the failing thing)
 _PATH_RE = regex.compile(r"(?<![\w.:/])(?:/[A-Za-z0-9._@+-]+)+(?=/[A-Za-z0-9._@+-]+)")
+_PLACEHOLDER_RE = regex.compile(r"(<[A-Z]+_\d+>)")
 _KNOWN_SYSTEM_DIRS = ("/usr", "/opt/conda/lib", "/lib", "/proc", "/dev", "/sys", "/bin", "/etc")
 
 
@@ -65,7 +66,7 @@ class Masking:
         if "<" not in text:
             return text
         back = {ph: orig for orig, ph in self.forward.items() if self.kinds[ph] != "SECRET"}
-        return regex.sub(r"<[A-Z]+_\d+>", lambda m: back.get(m.group(0), m.group(0)), text)
+        return _PLACEHOLDER_RE.sub(lambda m: back.get(m.group(0), m.group(0)), text)
 
     def restore_obj(self, obj: Any) -> Any:
         if isinstance(obj, str):
@@ -86,24 +87,29 @@ class Masker:
 
     def mask(self, text: str, *, known_hosts: Iterable[str] = (), masking: Masking | None = None) -> tuple[str, Masking]:
         m = masking or Masking()
+
+        def sub(pattern: regex.Pattern, kind: str, text: str, keep=None) -> str:
+            def repl(x: regex.Match) -> str:
+                return x.group(0) if keep is not None and keep(x.group(0)) else m.placeholder(kind, x.group(0))
+            # never rewrite inside an existing placeholder such as <IP_1>
+            parts = _PLACEHOLDER_RE.split(text)
+            return "".join(p if i % 2 else pattern.sub(repl, p) for i, p in enumerate(parts))
+
         if self.secrets:
-            text = _SECRET_RE.sub(lambda x: m.placeholder("SECRET", x.group(0)), text)
-            text = _EMAIL_RE.sub(lambda x: m.placeholder("EMAIL", x.group(0)), text)
+            text = sub(_SECRET_RE, "SECRET", text)
+            text = sub(_EMAIL_RE, "EMAIL", text)
         if self.ips:
-            text = _IPV4_RE.sub(lambda x: m.placeholder("IP", x.group(0)), text)
-            text = _IPV6_RE.sub(lambda x: m.placeholder("IP", x.group(0)), text)
+            text = sub(_IPV4_RE, "IP", text)
+            text = sub(_IPV6_RE, "IP", text)
         if self.hosts:
             for host in sorted({h for h in known_hosts if h and len(h) >= 3}, key=len, reverse=True):
-                text = regex.sub(rf"(?<![\w-]){regex.escape(host)}(?![\w-])",
-                                 lambda x: m.placeholder("HOST", x.group(0)), text)
-            text = _FQDN_RE.sub(lambda x: x.group(0) if _looks_like_module(x.group(0))
-                                else m.placeholder("HOST", x.group(0)), text)
-            text = _HOST_RE.sub(lambda x: m.placeholder("HOST", x.group(0)), text)
+                text = sub(regex.compile(rf"(?<![\w-]){regex.escape(host)}(?![\w-])"), "HOST", text)
+            text = sub(_FQDN_RE, "HOST", text, keep=_looks_like_module)
+            text = sub(_HOST_RE, "HOST", text)
         if self.users:
-            text = _USER_RE.sub(lambda x: m.placeholder("USER", x.group(0)), text)
+            text = sub(_USER_RE, "USER", text)
         if self.paths:
-            text = _PATH_RE.sub(lambda x: x.group(0) if x.group(0).startswith(_KNOWN_SYSTEM_DIRS)
-                                else m.placeholder("PATH", x.group(0)), text)
+            text = sub(_PATH_RE, "PATH", text, keep=lambda v: v.startswith(_KNOWN_SYSTEM_DIRS))
         return text, m
 
 

@@ -87,3 +87,53 @@ def seal_chunked(*, session: Session, log_id: int, sha256: str, size: int, encod
     log.blob_sha256 = sha256
     log.encoding = encoding
     return log
+
+
+def record_upload_for(*, session: Session, job_id: int, attempt: int | None, sha256: str, size: int,
+                      encoding: str, error: str | None, warnings: list[str]) -> LogOut:
+    from app.jobs import service as jobs
+
+    job = jobs.get_job(session=session, job_id=job_id)
+    att = jobs.get_attempt(session=session, job=job, number=attempt)
+    log = record_upload(session=session, job=job, attempt=att, sha256=sha256, size=size,
+                        encoding=encoding, error=error, warnings=warnings)
+    return to_out(log, att.number)
+
+
+def check_attempt(*, session: Session, job_id: int, attempt: int | None) -> int:
+    from app.jobs import service as jobs
+
+    job = jobs.get_job(session=session, job_id=job_id)
+    return jobs.get_attempt(session=session, job=job, number=attempt).number
+
+
+def open_chunked(*, session: Session, job_id: int, attempt: int | None, offset: int) -> LogOut:
+    """The attempt's chunked log; created by the first chunk (offset 0)."""
+    from app.jobs import service as jobs
+
+    job = jobs.get_job(session=session, job_id=job_id)
+    att = jobs.get_attempt(session=session, job=job, number=attempt)
+    log = chunked_log(session=session, job=job, attempt=att, create=offset == 0)
+    if log is None:
+        raise Conflict(f"no chunked log yet; the first chunk must have offset 0, not {offset}",
+                       detail={"offset": 0, "requested_offset": offset}, code="offset_gap")
+    return to_out(log, att.number)
+
+
+def get_log_out(*, session: Session, job_id: int, attempt: int | None) -> LogOut:
+    from app.jobs import service as jobs
+
+    job = jobs.get_job(session=session, job_id=job_id)
+    att_id = jobs.get_attempt(session=session, job=job, number=attempt).id if attempt else None
+    log = require_current_log(session=session, job_id=job_id, attempt_id=att_id)
+    return to_out(log, attempt_number(session=session, log=log))
+
+
+def update_size_out(*, session: Session, log_id: int, size: int) -> LogOut:
+    log = update_chunked_size(session=session, log_id=log_id, size=size)
+    return to_out(log, attempt_number(session=session, log=log))
+
+
+def seal_out(*, session: Session, log_id: int, sha256: str, size: int, encoding: str) -> LogOut:
+    log = seal_chunked(session=session, log_id=log_id, sha256=sha256, size=size, encoding=encoding)
+    return to_out(log, attempt_number(session=session, log=log))

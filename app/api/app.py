@@ -1,0 +1,88 @@
+"""`create_app(settings)`: builds every service explicitly (no import-time configuration).
+Start-up compiles the rules (bad rules: refuse to start), migrates the database to head, clears
+spool files of interrupted uploads and re-queues unfinished diagnoses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+from fastapi import FastAPI
+
+from app import __version__
+from app.actions.router import router as actions_router
+from app.api.deps import Services
+from app.api.errors import install_error_handlers
+from app.api.health import router as health_router
+from app.api.metrics import Metrics, MetricsMiddleware
+from app.core.pipeline import Pipeline
+from app.db.engine import Database
+from app.db.migrate import upgrade_to_head
+from app.diagnoses.executor import PipelineExecutor, build_pipeline
+from app.diagnoses.router import router as diagnoses_router
+from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
+from app.jobs.router import router as jobs_router
+from app.labels.router import router as labels_router
+from app.logs.router import router as logs_router
+from app.logs.storage import BlobStore
+from app.rules_review.router import router as rules_router
+from app.settings import Settings
+from app.stats.router import router as stats_router
+
+log = logging.getLogger("logdx.api")
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs",
+                          "/docs/oauth2-redirect", "/redoc"})
+
+
+def build_services(settings: Settings, *, pipeline: Pipeline | None = None) -> Services:
+    settings.ensure_dirs()
+    pipeline = pipeline or build_pipeline(settings)
+    db = Database(settings.effective_database_url)
+    store = BlobStore(settings)
+    metrics = Metrics()
+    executor = PipelineExecutor(settings, pipeline)
+    worker = DiagnosisWorker(db=db, store=store, executor=executor, metrics=metrics)
+    if settings.is_postgres:
+        queue = ProcrastinateQueue(worker=worker, db=db, enabled=settings.run_worker,
+                                   concurrency=settings.diagnosis_workers)
+    else:
+        queue = LocalQueue(worker=worker, db=db, enabled=settings.run_worker)
+    return Services(settings=settings, db=db, store=store, pipeline=pipeline, executor=executor,
+                    worker=worker, queue=queue, metrics=metrics)
+
+
+def prepare_database(services: Services) -> None:
+    if services.settings.migrate_on_startup:
+        upgrade_to_head(services.db.engine)
+    removed = services.store.clean_spool()
+    if removed:
+        log.info("removed %d spool files of interrupted uploads", removed)
+
+
+def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = None) -> FastAPI:
+    settings = settings or Settings()
+    services = build_services(settings, pipeline=pipeline)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(prepare_database, services)
+        await services.queue.start()
+        try:
+            yield
+        finally:
+            await services.queue.stop()
+            services.executor.shutdown()
+            services.db.dispose()
+
+    app = FastAPI(title="logdx", version=__version__, lifespan=lifespan,
+                  description="Diagnoses why LLM training jobs failed, from their logs.")
+    app.state.services = services
+    install_error_handlers(app)
+    for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
+                   rules_router, stats_router, actions_router):
+        app.include_router(router)
+    app.add_middleware(MetricsMiddleware, metrics=services.metrics)
+    return app

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api.deps import Admin, Engineer, ServicesDep
+from app.api.openapi import ERRORS
+from app.rules_review import service
+from app.rules_review.models import ProposalStatus
+from app.rules_review.schemas import ProposedRuleCreate, ProposedRuleList, ProposedRuleOut, Review, RuleSetOut
+from app.schemas_common import ObjectId
+
+router = APIRouter(prefix="/v1/rules", tags=["rules"], responses=ERRORS)
+
+
+@router.get("", response_model=RuleSetOut)
+def list_rules(services: ServicesDep, _: Engineer) -> RuleSetOut:
+    """Active diagnosis and filter rules, as compiled at start-up."""
+    return service.active_rules(ruleset=services.pipeline.ruleset)
+
+
+@router.get("/proposed", response_model=ProposedRuleList)
+def list_proposed(services: ServicesDep, _: Engineer, status: ProposalStatus | None = None) -> ProposedRuleList:
+    with services.db.transaction() as session:
+        return ProposedRuleList(items=[service.to_out(r) for r in
+                                       service.list_proposed(session=session, status=status)])
+
+
+@router.post("/proposed", status_code=201, response_model=ProposedRuleOut)
+def propose_rule(body: ProposedRuleCreate, services: ServicesDep, who: Engineer) -> ProposedRuleOut:
+    """Propose a rule (the LLM rule writer uses the same service); it is validated at once."""
+    with services.db.transaction() as session:
+        row = service.propose_rule(session=session, data=body, proposed_by=who.name,
+                                   ruleset=services.pipeline.ruleset)
+        return service.to_out(row)
+
+
+@router.get("/proposed/{rule_id}", response_model=ProposedRuleOut)
+def get_proposed(rule_id: ObjectId, services: ServicesDep, _: Engineer) -> ProposedRuleOut:
+    with services.db.transaction() as session:
+        return service.to_out(service.get_proposed(session=session, rule_id=rule_id))
+
+
+def _review(services, rule_id: int, approve: bool, who, body: Review | None) -> ProposedRuleOut:  # noqa: ANN001
+    with services.db.transaction() as session:
+        row = service.review_rule(session=session, rule_id=rule_id, approve=approve, reviewer=who.name,
+                                  note=body.note if body else None)
+        return service.to_out(row)
+
+
+@router.post("/proposed/{rule_id}/approve", response_model=ProposedRuleOut)
+def approve(rule_id: ObjectId, services: ServicesDep, who: Admin, body: Review | None = None) -> ProposedRuleOut:
+    return _review(services, rule_id, True, who, body)
+
+
+@router.post("/proposed/{rule_id}/reject", response_model=ProposedRuleOut)
+def reject(rule_id: ObjectId, services: ServicesDep, who: Admin, body: Review | None = None) -> ProposedRuleOut:
+    return _review(services, rule_id, False, who, body)

@@ -1,0 +1,109 @@
+"""Proposed rules: validated when proposed (compiles, matches its evidence, does not duplicate
+an active rule), then approved or rejected by a human. Approval records the decision and renders
+the YAML; writing it into rules/ stays a reviewed change to the repository."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.core.rules import RuleError, RuleSet, compile_pattern
+from app.core.types import Category, ErrorType, default_category
+from app.db.base import utcnow
+from app.errors import Conflict, NotFound
+from app.rules_review.models import ProposalStatus, ProposedRule
+from app.rules_review.schemas import ProposedRuleCreate, ProposedRuleOut, RuleOut, RuleSetOut
+
+
+def validate_rule(*, pattern: str, evidence: list[str], ruleset: RuleSet) -> dict:
+    try:
+        compiled = compile_pattern(pattern, where="proposed rule")
+    except RuleError as exc:
+        return {"valid": False, "compiles": False, "error": str(exc), "matched": [], "unmatched": evidence,
+                "overlaps": []}
+    matched, unmatched = [], []
+    for line in evidence:
+        try:
+            hit = compiled.search(line, timeout=1.0)
+        except TimeoutError:
+            hit = None
+        (matched if hit else unmatched).append(line)
+    overlaps = sorted({r.id for r in ruleset.diagnosis for line in evidence
+                       if r.regex.search(line, timeout=1.0)})
+    return {"valid": not unmatched, "compiles": True, "matched": matched, "unmatched": unmatched,
+            "overlaps": overlaps}
+
+
+def _slug(error_type: str, rule_id: int) -> str:
+    return f"proposed-{re.sub(r'[^a-z0-9]+', '-', error_type.lower()).strip('-')}-{rule_id}"
+
+
+def to_out(row: ProposedRule) -> ProposedRuleOut:
+    snippet = yaml.safe_dump([{
+        "id": _slug(row.error_type, row.id), "error_type": row.error_type, "category": row.category,
+        "pattern": row.pattern, **({"hint": row.hint} if row.hint else {}),
+        "examples": {"match": list(row.evidence)}}], sort_keys=False, allow_unicode=True)
+    return ProposedRuleOut(
+        id=row.id, pattern=row.pattern, error_type=row.error_type, category=row.category,
+        evidence=list(row.evidence), hint=row.hint, source_diagnosis_id=row.source_diagnosis_id,
+        status=row.status, validation=row.validation, proposed_by=row.proposed_by,
+        reviewed_by=row.reviewed_by, reviewed_at=row.reviewed_at, review_note=row.review_note,
+        created_at=row.created_at, yaml=snippet)
+
+
+def propose_rule(*, session: Session, data: ProposedRuleCreate, proposed_by: str,
+                 ruleset: RuleSet) -> ProposedRule:
+    if data.source_diagnosis_id is not None:
+        from app.diagnoses.service import get_diagnosis
+
+        get_diagnosis(session=session, diagnosis_id=data.source_diagnosis_id)
+    category = data.category or default_category(ErrorType(data.error_type))
+    row = ProposedRule(
+        pattern=data.pattern, error_type=data.error_type.value, category=Category(category).value,
+        evidence=list(data.evidence), hint=data.hint, source_diagnosis_id=data.source_diagnosis_id,
+        status=ProposalStatus.PROPOSED.value, proposed_by=proposed_by,
+        validation=validate_rule(pattern=data.pattern, evidence=list(data.evidence), ruleset=ruleset))
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_proposed(*, session: Session, rule_id: int) -> ProposedRule:
+    row = session.get(ProposedRule, rule_id)
+    if row is None:
+        raise NotFound(f"proposed rule {rule_id} does not exist", detail={"rule_id": rule_id})
+    return row
+
+
+def list_proposed(*, session: Session, status: ProposalStatus | None) -> list[ProposedRule]:
+    query = select(ProposedRule).order_by(ProposedRule.id.desc())
+    if status is not None:
+        query = query.where(ProposedRule.status == status.value)
+    return list(session.scalars(query))
+
+
+def review_rule(*, session: Session, rule_id: int, approve: bool, reviewer: str, note: str | None) -> ProposedRule:
+    row = get_proposed(session=session, rule_id=rule_id)
+    if row.status != ProposalStatus.PROPOSED.value:
+        raise Conflict(f"proposed rule {rule_id} is already {row.status}", detail={"status": row.status})
+    if approve and not row.validation.get("valid"):
+        raise Conflict("a rule that failed validation cannot be approved",
+                       detail={"validation": row.validation}, code="invalid_rule")
+    row.status = (ProposalStatus.APPROVED if approve else ProposalStatus.REJECTED).value
+    row.reviewed_by = reviewer
+    row.reviewed_at = utcnow()
+    row.review_note = note
+    session.flush()
+    return row
+
+
+def active_rules(*, ruleset: RuleSet) -> RuleSetOut:
+    rules = [RuleOut(id=r.id, kind="diagnosis", source=r.source, pattern=r.spec.pattern,
+                     error_type=r.spec.error_type.value, category=r.category.value,
+                     role=r.spec.role.value, hint=r.spec.hint) for r in ruleset.diagnosis]
+    rules += [RuleOut(id=r.id, kind="filter", source=r.source, pattern=r.spec.pattern,
+                      filter=r.spec.filter.value, hint=r.spec.hint) for r in ruleset.filters]
+    return RuleSetOut(version=ruleset.version, files=list(ruleset.files), rules=rules)

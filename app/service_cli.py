@@ -1,0 +1,119 @@
+"""Service commands for the `logdx` CLI: `logdx serve` and `logdx token create|list|revoke`.
+The main CLI mounts them with `register(cli)`; `python -m app.service_cli` runs them alone."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from pydantic import ValidationError
+
+from app.auth.models import TokenRole
+from app.settings import Settings
+
+EXIT_BAD_INPUT = 2
+
+
+def _settings() -> Settings:
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        click.echo(f"logdx: bad LOGDX_* setting: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    settings.ensure_dirs()
+    return settings
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve(host: str, port: int, log_level: str) -> None:
+    """Run the REST API (settings from LOGDX_* environment variables)."""
+    import uvicorn
+
+    from app.api.app import create_app
+    from app.core.rules import RuleError
+
+    settings = _settings()
+    try:
+        app = create_app(settings)
+    except RuleError as exc:
+        click.echo(f"logdx: bad rules: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    # one process: the SQLite worker pool and the chunk locks live in it (see docs/SERVICE.md)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10,
+                proxy_headers=True)
+
+
+@click.group()
+def token() -> None:
+    """Manage API tokens (stored hashed; shown once)."""
+
+
+def _database(settings: Settings):  # noqa: ANN202
+    from app.db.engine import Database
+    from app.db.migrate import upgrade_to_head
+
+    db = Database(settings.effective_database_url)
+    upgrade_to_head(db.engine)
+    return db
+
+
+@token.command("create")
+@click.option("--role", required=True, type=click.Choice([r.value for r in TokenRole]),
+              help="scheduler < engineer < admin")
+@click.option("--name", default=None, help="Who or what uses the token (shown in labels and audit).")
+def token_create(role: str, name: str | None) -> None:
+    """Print a new API token for ROLE."""
+    from app.auth.service import create_token
+
+    db = _database(_settings())
+    row, secret = db.run(create_token, role=TokenRole(role), name=name or f"{role}-token")
+    click.echo(f"created token {row.id} ({row.name}, role {row.role}); it is shown only once:", err=True)
+    click.echo(secret)
+
+
+@token.command("list")
+def token_list() -> None:
+    """List tokens (never their secrets)."""
+    from app.auth.service import list_tokens
+
+    db = _database(_settings())
+    with db.transaction() as session:
+        for row in list_tokens(session=session):
+            state = "revoked" if row.revoked_at else "active"
+            click.echo(f"{row.id}\t{row.role}\t{state}\t{row.name}\t{row.created_at:%Y-%m-%d}")
+
+
+@token.command("revoke")
+@click.argument("token_id", type=int)
+def token_revoke(token_id: int) -> None:
+    """Revoke token TOKEN_ID."""
+    from app.auth.service import revoke_token
+    from app.errors import NotFound
+
+    db = _database(_settings())
+    try:
+        db.run(revoke_token, token_id=token_id)
+    except NotFound as exc:
+        click.echo(f"logdx: {exc.message}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    click.echo(f"revoked token {token_id}", err=True)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(serve)
+    cli.add_command(token)
+
+
+@click.group()
+def main() -> None:
+    """logdx service commands."""
+
+
+register(main)
+
+if __name__ == "__main__":
+    main()

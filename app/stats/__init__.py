@@ -1,0 +1,1 @@
+"""Failure statistics: failed jobs and failed GPU-hours per error type, category, cluster, host."""

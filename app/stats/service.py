@@ -1,0 +1,83 @@
+"""Aggregates in Python over one filtered query: portable across SQLite and PostgreSQL and
+fast enough for the job counts of one cluster-year (1e5 rows); push down to SQL when it is not."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.jobs.models import Job, JobHost
+from app.jobs.service import JobFilter, filtered_jobs_query
+from app.stats.schemas import Bucket, StatsOut
+
+
+def _gpu_hours(job: Job) -> float | None:
+    if job.started_at is None or job.ended_at is None:
+        return None
+    return max(0.0, (job.ended_at - job.started_at).total_seconds()) / 3600.0 * (job.gpu_count or 0)
+
+
+class _Acc:
+    def __init__(self) -> None:
+        self.jobs = 0
+        self.hours = 0.0
+        self.category: str | None = None
+        self.types: Counter = Counter()
+
+    def add(self, hours: float, error_type: str, category: str | None, share: float = 1.0) -> None:
+        self.jobs += 1
+        self.hours += hours * share
+        self.types[error_type] += 1
+        self.category = category
+
+
+def _buckets(acc: dict[str, _Acc], total_jobs: int, total_hours: float, *, with_types: bool,
+             limit: int | None = None) -> list[Bucket]:
+    items = sorted(acc.items(), key=lambda kv: (-kv[1].hours, -kv[1].jobs, kv[0]))[:limit]
+    return [Bucket(key=key, category=a.category if not with_types else None, failed_jobs=a.jobs,
+                   gpu_hours=round(a.hours, 3),
+                   job_share=round(a.jobs / total_jobs, 4) if total_jobs else 0.0,
+                   gpu_hours_share=round(a.hours / total_hours, 4) if total_hours else 0.0,
+                   error_types=dict(a.types) if with_types else {})
+            for key, a in items]
+
+
+def failure_stats(*, session: Session, since: datetime | None, until: datetime | None,
+                  cluster: str | None, host_limit: int = 100) -> StatsOut:
+    flt = JobFilter(cluster=cluster, since=since, until=until)
+    jobs = list(session.scalars(filtered_jobs_query(flt).where(Job.error_type.is_not(None))))
+    hosts_of: dict[int, list[str]] = defaultdict(list)
+    ids = [j.id for j in jobs]
+    for start in range(0, len(ids), 500):
+        for job_id, host in session.execute(select(JobHost.job_id, JobHost.host)
+                                            .where(JobHost.job_id.in_(ids[start:start + 500]))):
+            hosts_of[job_id].append(host)
+    by_type: dict[str, _Acc] = defaultdict(_Acc)
+    by_cat: dict[str, _Acc] = defaultdict(_Acc)
+    by_cluster: dict[str, _Acc] = defaultdict(_Acc)
+    by_host: dict[str, _Acc] = defaultdict(_Acc)
+    total_hours, no_duration = 0.0, 0
+    for job in jobs:
+        hours = _gpu_hours(job)
+        if hours is None:
+            no_duration += 1
+            hours = 0.0
+        total_hours += hours
+        by_type[job.error_type].add(hours, job.error_type, job.category)
+        by_cat[job.category or "unknown"].add(hours, job.error_type, job.category)
+        by_cluster[job.cluster].add(hours, job.error_type, None)
+        hosts = hosts_of.get(job.id, [])
+        for host in hosts:
+            by_host[host].add(hours, job.error_type, None, share=1.0 / len(hosts))
+    n = len(jobs)
+    return StatsOut(
+        since=since, until=until, cluster=cluster, failed_jobs=n, gpu_hours=round(total_hours, 3),
+        jobs_without_duration=no_duration,
+        by_error_type=_buckets(by_type, n, total_hours, with_types=False),
+        by_category=[b.model_copy(update={"category": b.key}) for b in
+                     _buckets(by_cat, n, total_hours, with_types=True)],
+        by_cluster=_buckets(by_cluster, n, total_hours, with_types=True),
+        by_host=_buckets(by_host, n, total_hours, with_types=True, limit=host_limit))

@@ -1,0 +1,117 @@
+"""The `logdx` CLI: JSON contract, exit codes, and bad input giving one clear line, no traceback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from app.core.types import Diagnosis
+
+REPO = Path(__file__).resolve().parents[1]
+CASE = REPO / "tests" / "golden" / "realworld" / "010-oom-one-rank-then-nccl-watchdog-timeouts" / "log.txt"
+
+
+def logdx(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=REPO, input=stdin,
+                          capture_output=True, timeout=120)
+
+
+def test_diagnose_json_is_exactly_the_contract():
+    out = logdx("diagnose", str(CASE), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    Diagnosis.model_validate(data)  # extra keys are forbidden by the model
+    assert data["schema"] == "logdx.diagnosis/v1"
+    assert set(data) >= {"root_cause", "co_occurring", "action", "decided_by", "compression", "last_progress", "versions"}
+    assert data["root_cause"]["error_type"] == "OutOfMemoryError"
+
+
+def test_diagnose_summary_is_readable():
+    out = logdx("diagnose", str(CASE))
+    assert out.returncode == 0
+    assert b"OutOfMemoryError" in out.stdout and b"Action:" in out.stdout
+
+
+@pytest.mark.parametrize("encode", [gzip.compress, lambda b: zstandard.ZstdCompressor().compress(b)])
+def test_stdin_and_compressed_input(encode):
+    out = logdx("diagnose", "-", "--json", stdin=encode(CASE.read_bytes()))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["root_cause"]["error_type"] == "OutOfMemoryError"
+
+
+def test_compress_writes_output_and_stats(tmp_path):
+    dest = tmp_path / "out.txt"
+    out = logdx("compress", str(CASE), "-o", str(dest), "--stats")
+    assert out.returncode == 0
+    assert "CUDA out of memory" in dest.read_text()
+    stats = json.loads(out.stderr)
+    assert stats["lines_in"] == 6 and stats["bytes_out"] > 0
+
+
+@pytest.mark.parametrize("name,payload", [
+    ("empty", b""),
+    ("binary", os.urandom(200_000)),
+    ("nuls", b"\x00" * 5000 + b"\nKeyError: 'x'\n\x00\x00"),
+    ("bad-utf8", b"\xff\xfe\xfa RuntimeError: CUDA error: uncorrectable ECC error encountered \xc3\x28\n"),
+    ("huge-line", b"y" * (10 * 1024 * 1024) + b"\n"),
+    ("truncated-gz", gzip.compress(b"line\n" * 200_000)[:3000]),
+    ("truncated-zst", zstandard.ZstdCompressor().compress(b"line\n" * 200_000)[:300]),
+])
+def test_bad_input_gives_a_result_not_a_traceback(tmp_path, name, payload):
+    path = tmp_path / name
+    path.write_bytes(payload)
+    out = logdx("diagnose", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    assert b"Traceback" not in out.stderr
+    data = json.loads(out.stdout)
+    if name.startswith("truncated"):
+        assert any("truncated" in w for w in data["compression"]["warnings"])
+        assert data["compression"]["lines_in"] > 0
+
+
+def test_missing_file_is_exit_2_with_one_line(tmp_path):
+    out = logdx("diagnose", str(tmp_path / "missing.log"))
+    assert out.returncode == 2
+    assert out.stderr.decode().strip().count("\n") == 0 and "no such file" in out.stderr.decode()
+
+
+def test_usage_error_is_exit_2():
+    assert logdx("diagnose").returncode == 2
+    assert logdx("no-such-command").returncode == 2
+
+
+def test_broken_rule_file_names_file_rule_and_pattern(tmp_path):
+    (tmp_path / "bad.yaml").write_text(
+        "kind: diagnosis\nfamily: bad\nrules:\n"
+        "  - id: broken-one\n    error_type: CUDAError\n    pattern: 'CUDA error: (unclosed'\n"
+        "    examples: {match: ['CUDA error: x']}\n")
+    out = logdx("diagnose", str(CASE), "--rules", str(tmp_path))
+    err = out.stderr.decode()
+    assert out.returncode == 2
+    assert "bad.yaml" in err and "broken-one" in err and "CUDA error: (unclosed" in err
+    assert "Traceback" not in err
+
+
+def test_rule_schema_forbids_unknown_keys(tmp_path):
+    (tmp_path / "bad.yaml").write_text(
+        "kind: diagnosis\nfamily: bad\nrules:\n"
+        "  - id: typo-rule\n    error_type: CUDAError\n    patern: 'x'\n    pattern: 'x'\n"
+        "    examples: {match: ['x']}\n")
+    out = logdx("rules", "test", "--rules", str(tmp_path))
+    assert out.returncode == 2 and b"typo-rule" in out.stderr and b"patern" in out.stderr
+
+
+def test_rules_test_and_explain():
+    out = logdx("rules", "test")
+    assert out.returncode == 0, out.stdout.decode()[-2000:]
+    assert b"examples pass" in out.stdout
+    out = logdx("rules", "explain", "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered")
+    assert out.returncode == 0
+    assert b"ECCError" in out.stdout
