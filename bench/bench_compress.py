@@ -406,7 +406,7 @@ def table(results: list[Result], log: Path, size_bytes: int) -> str:
         def f(v, fmt):
             return format(v, fmt) if v is not None else "–"
         lines.append(f"| {r.step} | {f(r.wall_s, '.2f')} | {f(r.mb_per_s, '.0f')} | {f(r.peak_rss_mib, '.0f')} | "
-                     f"{" ".join(r.detail.split()).replace("|", "/")} |")
+                     f"{' '.join(r.detail.split()).replace('|', '/')} |")
     return "\n".join(lines)
 
 

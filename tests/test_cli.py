@@ -15,6 +15,7 @@ import zstandard
 from app.core.types import Diagnosis
 
 REPO = Path(__file__).resolve().parents[1]
+NUMBERED = b"".join(b"line %d of the job\n" % i for i in range(200_000))
 CASE = REPO / "tests" / "golden" / "realworld" / "010-oom-one-rank-then-nccl-watchdog-timeouts" / "log.txt"
 
 
@@ -61,8 +62,8 @@ def test_compress_writes_output_and_stats(tmp_path):
     ("nuls", b"\x00" * 5000 + b"\nKeyError: 'x'\n\x00\x00"),
     ("bad-utf8", b"\xff\xfe\xfa RuntimeError: CUDA error: uncorrectable ECC error encountered \xc3\x28\n"),
     ("huge-line", b"y" * (10 * 1024 * 1024) + b"\n"),
-    ("truncated-gz", gzip.compress(b"line\n" * 200_000)[:3000]),
-    ("truncated-zst", zstandard.ZstdCompressor().compress(b"line\n" * 200_000)[:300]),
+    ("truncated-gz", gzip.compress(NUMBERED)[: len(gzip.compress(NUMBERED)) // 2]),
+    ("truncated-zst", zstandard.ZstdCompressor().compress(NUMBERED)[:40_000]),
 ])
 def test_bad_input_gives_a_result_not_a_traceback(tmp_path, name, payload):
     path = tmp_path / name

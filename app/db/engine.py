@@ -50,3 +50,28 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def insert_returning_ignore(session: Session, model: type, **values):  # noqa: ANN201
+    """`INSERT ... ON CONFLICT DO NOTHING RETURNING id`: a row comes back only if this call
+    inserted it. Concurrent requests creating the same row (same blob, same job) both succeed."""
+    return _insert(session, model, values).on_conflict_do_nothing().returning(model.__table__.c[_pk(model)])
+
+
+def insert_ignore(session: Session, model: type, **values) -> None:
+    session.execute(_insert(session, model, values).on_conflict_do_nothing())
+
+
+def _pk(model: type) -> str:
+    return model.__table__.primary_key.columns.values()[0].name
+
+
+def _insert(session: Session, model: type, values: dict):  # noqa: ANN202
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:  # pragma: no cover - only the two supported databases
+        raise NotImplementedError(f"unsupported database dialect {dialect}")
+    return insert(model).values(**values)

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.db.base import utcnow
+from app.db.engine import insert_returning_ignore
 from app.errors import NotFound
 from app.jobs.models import Attempt, Job, JobHost, JobState
 from app.jobs.schemas import JobCreate, JobOut
@@ -66,17 +67,16 @@ def upsert_job(*, session: Session, data: JobCreate) -> tuple[Job, bool]:
     Returns (job, created)."""
     query = select(Job).where(Job.cluster == data.cluster, Job.external_id == data.external_id)
     job = session.scalars(query).one_or_none()
-    created = job is None
-    if created:
-        job = Job(cluster=data.cluster, external_id=data.external_id, gpu_count=0,
-                  state=JobState.UNKNOWN.value)
-        try:
-            with session.begin_nested():
-                session.add(job)
-                session.flush()
-        except IntegrityError:  # a concurrent request created it first
-            job = session.scalars(query).one()
-            created = False
+    created = False
+    if job is None:
+        now = utcnow()
+        # a concurrent request with the same key may insert first: then this one just reads it
+        result = session.execute(
+            insert_returning_ignore(session, Job, cluster=data.cluster, external_id=data.external_id,
+                                    gpu_count=0, state=JobState.UNKNOWN.value, created_at=now,
+                                    updated_at=now))
+        created = result.first() is not None
+        job = session.scalars(query.execution_options(populate_existing=True)).one()
     _apply(job, data)
     session.flush()
     return job, created

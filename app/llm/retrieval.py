@@ -23,11 +23,11 @@ from app.llm.ports import CaseStore, LabelledCase, SimilarCase
 
 MAX_SIGNATURE_CHARS = 1200
 _NORMALISE = [
-    (regex.compile(r"0x[0-9a-fA-F]+"), "0xH"),
+    (regex.compile(r"0x[0-9a-fA-F]+"), "HEX"),
     (regex.compile(r"(?:/[\w.@+-]+)+/([\w.@+-]+)"), r"\1"),  # paths -> file name
     (regex.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?"), "TIME"),
     (regex.compile(r"\b[0-9a-f]{8,}\b"), "H"),
-    (regex.compile(r"\d+"), "N"),
+    (regex.compile(r"(?<![A-Z])\d+"), "N"),
     (regex.compile(r"\s+"), " "),
 ]
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.db.base import utcnow
+from app.db.engine import insert_ignore
 from app.errors import Conflict, NotFound
 from app.jobs.models import Attempt, Job
 from app.logs.models import JobLog, LogBlob, LogKind, LogStatus
@@ -26,9 +28,8 @@ def attempt_number(*, session: Session, log: JobLog) -> int:
 def ensure_blob(*, session: Session, sha256: str, size: int, encoding: str) -> LogBlob:
     blob = session.get(LogBlob, sha256)
     if blob is None:
-        blob = LogBlob(sha256=sha256, size=size, encoding=encoding)
-        session.add(blob)
-        session.flush()
+        insert_ignore(session, LogBlob, sha256=sha256, size=size, encoding=encoding, created_at=utcnow())
+        blob = session.get(LogBlob, sha256)
     return blob
 
 

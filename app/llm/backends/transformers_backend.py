@@ -91,6 +91,12 @@ class TransformersBackend:
         self.lm.eval()
         self._lock = threading.Lock()
         self._turns = "<start_of_turn>" in self.tokenizer.get_vocab()
+        import inspect
+
+        # transformers renamed `past_key_values` to `cache`; use whichever this version takes
+        params = inspect.signature(self.lm.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
     @staticmethod
     def _dequantize(src_dir: Path, gguf_file: str, target: Path) -> None:
@@ -130,14 +136,17 @@ class TransformersBackend:
             raise ValueError("every choice must be a non-empty string")
         scores: list[float] = []
         with self._lock, torch.inference_mode():
-            out = self.lm(torch.tensor([prompt_ids], device=self.config.device), use_cache=True)
+            # logits of the last position only: the 262k-entry vocabulary projection over every
+            # prompt position would cost more than the whole transformer
+            out = self.lm(torch.tensor([prompt_ids], device=self.config.device), use_cache=True,
+                          **self._keep_last)
             first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
             for ids in choice_ids:
                 total = float(first[ids[0]])
                 if len(ids) > 1:  # continue from a copy of the prompt's cache
-                    past = copy.deepcopy(out.past_key_values)
+                    past = copy.deepcopy((getattr(out, 'cache', None) or out.past_key_values))
                     step = self.lm(torch.tensor([ids[:-1]], device=self.config.device),
-                                   past_key_values=past, use_cache=True)
+                                   **{self._cache_kw: past}, use_cache=True)
                     lp = torch.log_softmax(step.logits[0].float(), dim=-1)
                     total += float(sum(lp[i, t] for i, t in enumerate(ids[1:])))
                 scores.append(total)

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import click
+from click.testing import CliRunner
+
+from app.auth.service import authenticate
+from app.db.engine import Database
+from app.service_cli import main, register
+
+
+def test_token_create_prints_a_working_token(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGDX_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("LOGDX_DATABASE_URL", raising=False)
+    result = CliRunner().invoke(main, ["token", "create", "--role", "engineer", "--name", "alice"])
+    assert result.exit_code == 0, result.output
+    token = result.stdout.strip().splitlines()[-1]
+    assert token.startswith("ldx_")
+    db = Database(f"sqlite:///{tmp_path / 'logdx.db'}")
+    principal = db.run(authenticate, token=token)
+    assert (principal.name, principal.role.value) == ("alice", "engineer")
+    listed = CliRunner().invoke(main, ["token", "list"])
+    assert "alice" in listed.stdout and token not in listed.stdout
+    assert CliRunner().invoke(main, ["token", "revoke", str(principal.token_id)]).exit_code == 0
+    assert db.run(authenticate, token=token) is None
+    assert CliRunner().invoke(main, ["token", "revoke", "999"]).exit_code == 2
+    db.dispose()
+
+
+def test_bad_role_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGDX_DATA_DIR", str(tmp_path))
+    result = CliRunner().invoke(main, ["token", "create", "--role", "root"])
+    assert result.exit_code == 2
+
+
+def test_register_mounts_serve_and_token():
+    cli = click.Group("logdx")
+    register(cli)
+    assert {"serve", "token"} <= set(cli.commands)
+    assert "--port" in CliRunner().invoke(cli, ["serve", "--help"]).output
