@@ -192,14 +192,17 @@ def large_upload(server: Server, headers: dict, path: Path) -> dict:
             "root_cause": (state.get("diagnosis") or {}).get("root_cause", {}).get("error_type")}
 
 
-def _make_logs(work: Path, large_mb: float, large: Path | None) -> tuple[list[bytes], Path]:
+def _make_logs(work: Path, large_mb: float, large: Path | None, small_kb: int) -> tuple[list[bytes], Path]:
     from bench.gen_log import generate
 
     small = []
     for seed in range(4):
         out = work / f"small-{seed}.log"
         generate(out, 0.3, seed=seed, ranks=8, gpus=8)
-        small.append(out.read_bytes())
+        # the tail of a failed job's log (training lines, then the failure burst), from a line start
+        data = out.read_bytes()
+        tail = data[-small_kb * 1024:]
+        small.append(tail[tail.find(b"\n") + 1:])
     if large is None:
         large = work / f"large-{int(large_mb)}mb.log"
         generate(large, large_mb, seed=1)
@@ -210,6 +213,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", type=int, default=400, help="small-log diagnoses per phase")
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--small-kb", type=int, default=128, help="size of each small log")
     ap.add_argument("--large-mb", type=float, default=512.0)
     ap.add_argument("--large-file", type=Path, default=None, help="use this log instead of generating one")
     ap.add_argument("--executor", choices=["process", "thread"], default="process")
@@ -223,7 +227,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="logdx-load-") as tmp:
         work = Path(tmp)
-        small, large = _make_logs(work, args.large_mb, args.large_file)
+        small, large = _make_logs(work, args.large_mb, args.large_file, args.small_kb)
         env = {"LOGDX_DIAGNOSIS_EXECUTOR": args.executor, "LOGDX_DIAGNOSIS_WORKERS": str(args.workers),
                "LOGDX_MAX_UPLOAD_BYTES": str(max(large.stat().st_size + 1, 2 << 30))}
         if args.database_url:

@@ -6,6 +6,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+import regex
+
 from app.core.compress import CompressedLog, MetricPoint, Occurrence
 from app.core.types import ActionKind, Category, ErrorType, Role
 
@@ -52,10 +54,30 @@ def _canonical(name: str | None) -> ErrorType | None:
         return None
 
 
+_SUMMARY_HOST = regex.compile(r"^\s*host\s*:\s*(?P<host>[\w.-]+)\s*$")
+_SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
+
+
+def _attach_summary_fields(occ: Occurrence, nearby: dict[int, str]) -> None:
+    """torchrun's failure summary prints `host :` and `rank :` on the lines above `exitcode :`;
+    give such an occurrence the rank/host of its block."""
+    for back in (1, 2, 3, 4):
+        text = nearby.get(occ.line - back)
+        if text is None:
+            continue
+        if occ.host is None and (m := _SUMMARY_HOST.match(text)):
+            occ.host = m.group("host")
+        if occ.rank is None and (m := _SUMMARY_RANK.match(text)):
+            occ.rank = int(m.group("rank"))
+
+
 def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
     """Group rule occurrences into events (one per rule and resolved type), in line order."""
     by_key: dict[tuple[str, str], ErrorEvent] = {}
+    nearby = {**{t.first_line: t.text for t in log.templates}, **log.context}
     for occ in sorted(log.occurrences, key=lambda o: o.line):
+        if occ.host is None or occ.rank is None:
+            _attach_summary_fields(occ, nearby)
         spec = occ.rule.spec
         etype = spec.error_type
         if spec.type_from_group:

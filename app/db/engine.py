@@ -25,6 +25,15 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+            # take over transaction control from pysqlite (see _sqlite_begin)
+            dbapi_conn.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn):  # noqa: ANN001
+            # BEGIN IMMEDIATE takes the write lock up front: a read-then-write transaction can
+            # then wait (busy_timeout) instead of failing with SQLITE_BUSY when another writer
+            # committed after its read. Transactions here are short, so serialising is cheap.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)

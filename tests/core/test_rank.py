@@ -97,6 +97,7 @@ Root Cause (first observed failure):
 """
     d = run(pipe, text)
     assert d.root_cause.error_type == "HostOOMKilled"
+    assert (d.root_cause.evidence[0].host, d.root_cause.evidence[0].rank) == ("node-03", 5)
     assert d.action.kind == "no_retry"
 
 

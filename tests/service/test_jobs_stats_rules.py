@@ -132,3 +132,18 @@ def test_metrics_count_requests_bytes_and_rule_hits(client, sched):
     assert 'logdx_rule_hits_total{error_type="ECCError",rule_id="t-ecc"} 1.0' in text
     assert 'logdx_diagnosis_duration_seconds_count{mode="sync"} 1.0' in text
     assert "logdx_llm_calls_total" in text
+
+
+def test_concurrent_creates_and_identical_uploads(client, sched):
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = {"cluster": "race", "external_id": "1"}
+    with ThreadPoolExecutor(8) as pool:
+        created = list(pool.map(lambda _: client.post("/v1/jobs", json=body, headers=sched), range(8)))
+    assert sorted(r.status_code for r in created) == [200] * 7 + [201]
+    assert len({r.json()["id"] for r in created}) == 1
+    jobs = [new_job(client, sched, external_id=f"u{i}")["id"] for i in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        puts = list(pool.map(lambda j: client.put(f"/v1/jobs/{j}/log", content=sample_log(), headers=sched), jobs))
+    assert [r.status_code for r in puts] == [201] * 6
+    assert len({r.json()["sha256"] for r in puts}) == 1
