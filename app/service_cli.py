@@ -1,4 +1,5 @@
-"""Service commands for the `logdx` CLI: `logdx serve` and `logdx token create|list|revoke`.
+"""Service commands for the `logdx` CLI: `logdx serve`, `logdx worker` and
+`logdx token create|list|revoke`.
 The main CLI mounts them with `register(cli)`; `python -m app.service_cli` runs them alone."""
 
 from __future__ import annotations
@@ -45,6 +46,35 @@ def serve(host: str, port: int, log_level: str) -> None:
     # one process: the SQLite worker pool and the chunk locks live in it (see docs/SERVICE.md)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10,
                 proxy_headers=True)
+
+
+@click.command()
+def worker() -> None:
+    """Run background diagnoses without the HTTP API (PostgreSQL only: jobs come from procrastinate)."""
+    import asyncio
+
+    from app.api.app import build_services, prepare_database
+
+    settings = _settings()
+    if not settings.is_postgres:
+        click.echo("logdx: `logdx worker` needs LOGDX_DATABASE_URL=postgresql+psycopg://...; with SQLite "
+                   "the server runs its own worker", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    services = build_services(settings.model_copy(update={"run_worker": True}))
+    prepare_database(services)
+
+    async def run() -> None:
+        await services.queue.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await services.queue.stop()
+            services.executor.shutdown()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
 
 
 @click.group()
@@ -105,6 +135,7 @@ def token_revoke(token_id: int) -> None:
 
 def register(cli: click.Group) -> None:
     cli.add_command(serve)
+    cli.add_command(worker)
     cli.add_command(token)
 
 

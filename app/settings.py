@@ -81,7 +81,8 @@ class Settings(BaseSettings):
     run_worker: bool = Field(
         default=True,
         description="Run the background diagnosis worker inside the server. Turn off for API-only "
-        "replicas (PostgreSQL: run `procrastinate` workers elsewhere) or maintenance.",
+        "replicas (PostgreSQL: run `logdx worker` processes instead) or maintenance; queued "
+        "diagnoses then wait as `pending` rows.",
     )
     migrate_on_startup: bool = Field(
         default=True, description="Upgrade the database to the newest Alembic revision at start-up."

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.actions.router import router as actions_router
+from app.api.body_limit import JsonBodyLimitMiddleware
 from app.api.deps import Services
 from app.api.errors import install_error_handlers
 from app.api.health import router as health_router
@@ -84,5 +85,6 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
                    rules_router, stats_router, actions_router):
         app.include_router(router)
+    app.add_middleware(JsonBodyLimitMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)
     return app

@@ -26,6 +26,11 @@ import regex
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, extract_time, fold_key
 from app.core.ingest import CHUNK_SIZE, CUT_MARK, GZIP_MAGIC, LINE_CAP, ZSTD_MAGIC, IngestReport, iter_chunks
 from app.core.matcher import Hit, MultiMatcher
+
+try:  # the optional C scan loop (setup.py builds it; pure Python is the fallback)
+    from app.core._shapescan import ShapeTable
+except ImportError:  # pragma: no cover - depends on the build
+    ShapeTable = None
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 from app.core.types import CompressionStats, Progress
 
@@ -34,7 +39,7 @@ CONTEXT_AFTER = 2
 MAX_TEMPLATES = 50_000
 MAX_SHAPE_CACHE = 200_000
 MAX_OCCURRENCES_PER_RULE = 2_000
-METRIC_SAMPLES_PER_CHUNK = 128
+METRIC_SAMPLES_PER_CHUNK = 64
 MAX_SET_MEMBERS = 512
 CUT_SLACK = 64
 TAIL_BYTES = 64 * 1024  # split this much of a pure-metric chunk's end
@@ -123,10 +128,60 @@ def _float(value: str | None) -> float | None:
         return None
 
 
+class _ChunkView:
+    """`lines[j]` of a chunk without splitting it: spans are known for surviving lines and are
+    walked from there to the neighbouring lines that context needs."""
+
+    def __init__(self, chunk: bytes, n: int, spans: dict[int, tuple[int, int]]) -> None:
+        self._chunk = chunk
+        self._n = n
+        self._spans = spans
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, j: int) -> bytes:
+        if j < 0:
+            j += self._n
+        a, b = self._span(j)
+        return self._chunk[a:b]
+
+    def _span(self, j: int) -> tuple[int, int]:
+        span = self._spans.get(j)
+        if span is not None:
+            return span
+        c, spans = self._chunk, self._spans
+        if j == 0:
+            end = c.find(b"\n")
+            span = (0, len(c) if end < 0 else end)
+        elif j == self._n - 1:
+            end = len(c) - 1 if c.endswith(b"\n") else len(c)
+            span = (c.rfind(b"\n", 0, end) + 1, end)
+        else:
+            # walk from the nearest known line (context asks for neighbours of survivors)
+            after = next((k for k in range(j + 1, min(j + 5, self._n)) if k in spans or k == self._n - 1), None)
+            if after is not None:
+                start = self._span(after)[0]
+                for _ in range(after - j):
+                    end = start - 1
+                    start = c.rfind(b"\n", 0, end) + 1
+                span = (start, end)
+            else:
+                before = next((k for k in range(j - 1, max(j - 5, -1), -1) if k in spans or k == 0), 0)
+                end = self._span(before)[1] if before in spans or before == 0 else -1
+                for _ in range(j - before):
+                    start = end + 1
+                    end = c.find(b"\n", start)
+                    end = len(c) if end < 0 else end
+                span = (start, end)
+        spans[j] = span
+        return span
+
+
 class Compressor:
     """Streaming compressor; feed chunks with `feed`, then call `finish`."""
 
-    def __init__(self, ruleset: RuleSet, *, line_cap: int = LINE_CAP) -> None:
+    def __init__(self, ruleset: RuleSet, *, line_cap: int = LINE_CAP, use_c: bool = True) -> None:
         self.ruleset = ruleset
         self.filters = MultiMatcher[FilterRule](ruleset.filters)
         self.diag = MultiMatcher[DiagnosisRule](ruleset.diagnosis)
@@ -138,6 +193,7 @@ class Compressor:
         self._progress_shapes: set[bytes] = set()
         self._dropped_shapes: Counter = Counter()
         self._str_dropped: Counter = Counter()
+        self._c_dropped: Counter = Counter()  # rule index -> drops counted in Python on the C path
         self._templates: dict[str, Template] = {}
         self._context: dict[int, str] = {}
         self._occ: list[Occurrence] = []
@@ -153,6 +209,9 @@ class Compressor:
         self._tail: list[bytes] = []  # last lines of the previous chunk (context before)
         self._after = 0  # context lines still owed after the last error
         self._extracted: set[int] = set()  # line numbers already extracted in this chunk
+        # the C scan loop when it is built (see app/core/_shapescan.c); same results either way
+        self._table = ShapeTable(max(1, len(ruleset.filters))) if (use_c and ShapeTable is not None) else None
+        self._sample_every = 1
         self.lines_in = 0
         self.bytes_in = 0
         self.lines_cut = 0
@@ -161,6 +220,9 @@ class Compressor:
     # ---- hot path -------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> None:
         self.bytes_in += len(chunk)
+        if self._table is not None:
+            self._feed_c(chunk)
+            return
         shapes = chunk.translate(None, DIGITS).split(b"\n")
         if not shapes[-1]:
             shapes.pop()
@@ -196,13 +258,66 @@ class Compressor:
                     break
         self._tail = lines[-CONTEXT_BEFORE:]
 
+    def _feed_c(self, chunk: bytes) -> None:
+        """The same as the pure-Python path, with the per-line loop in C (`ShapeTable.scan`)."""
+        table = self._table
+        n, survivors, samples, progress, n_extract = table.scan(chunk, self._sample_every)
+        base = self.lines_in + 1
+        self.lines_in += n
+        self._extracted.clear()
+        view = _ChunkView(chunk, n, {i: (a, b) for i, a, b in survivors})
+        if self._after:
+            self._owe_context(view, base)
+        rules = self.ruleset.filters
+        last_progress = progress[0] if progress is not None else -1
+        late: list[tuple[int, bytes, int]] = []  # metric lines of shapes first judged in this chunk
+        for i, a, b in survivors:
+            raw = chunk[a:b]
+            if table.has(raw):
+                idx = self._c_rule_of(raw)
+                self._c_dropped[idx] += 1
+                spec = rules[idx].spec
+                if spec.progress and i > last_progress:
+                    last_progress = i
+                    self._last_progress = (base + i, raw)
+                if spec.extract:
+                    late.append((i, raw, idx))
+                continue
+            self._survivor(view, None, i, base, raw=raw)
+        points = [(i, chunk[a:b], None) for i, a, b in samples] + late
+        if len(points) > 2 * METRIC_SAMPLES_PER_CHUNK:  # the C stride is a guess from the last chunk
+            points.sort(key=lambda p: p[0])
+            points = points[:: len(points) // METRIC_SAMPLES_PER_CHUNK] + points[-1:]
+        for i, raw, idx in points:
+            rule = rules[self._c_rule_of(raw) if idx is None else idx]
+            self._extract_point(rule, _decode(raw), base + i)
+        if progress is not None and progress[0] >= last_progress:
+            i, a, b = progress
+            self._last_progress = (base + i, chunk[a:b])
+        self._sample_every = max(1, -(-(n_extract + len(late)) // METRIC_SAMPLES_PER_CHUNK))
+        self._tail = [view[j] for j in range(max(0, n - CONTEXT_BEFORE), n)]
+
+    def _c_rule_of(self, raw: bytes) -> int:
+        """The filter rule index a droppable shape was judged with (cached per shape)."""
+        shape = raw.translate(None, DIGITS)
+        idx = self._drop.get(shape)
+        if idx is None:
+            idx = self.filters.first(_decode(raw))
+            idx = 0 if idx is None else idx
+            if len(self._drop) < MAX_SHAPE_CACHE:
+                self._drop[shape] = idx
+        return idx
+
     # ---- per surviving line ---------------------------------------------------------------
-    def _survivor(self, lines: list[bytes], shapes: list[bytes], i: int, base: int) -> None:
-        raw, shape = lines[i], shapes[i]
+    def _survivor(self, lines, shapes: list[bytes] | None, i: int, base: int, *, raw: bytes | None = None) -> None:
+        if shapes is None:  # C path: only surviving lines get a Python shape
+            shape = raw.translate(None, DIGITS)
+        else:
+            raw, shape = lines[i], shapes[i]
+            if shape in self._drop:  # judged earlier in this same chunk
+                self._dropped_shapes[shape] += 1
+                return
         line_no = base + i
-        if shape in self._drop:  # judged earlier in this same chunk
-            self._dropped_shapes[shape] += 1
-            return
         if len(raw) > self.line_cap + CUT_SLACK:  # (ingest already cut lines spanning chunks)
             raw = raw[: self.line_cap] + CUT_MARK % self.line_cap
             self.lines_cut += 1
@@ -216,8 +331,11 @@ class Compressor:
         if shape not in self._keep and len(shape) <= self.line_cap:
             idx = self._judge(text)
             if idx is not None:
-                self._remember_drop(shape, idx, text, line_no)
-                self._dropped_shapes[shape] += 1
+                self._remember_drop(shape, idx, text, line_no, raw)
+                if self._table is not None:
+                    self._c_dropped[idx] += 1
+                else:
+                    self._dropped_shapes[shape] += 1
                 return
             if len(self._keep) < MAX_SHAPE_CACHE:
                 self._keep.add(shape)
@@ -230,9 +348,11 @@ class Compressor:
             return None
         return idx
 
-    def _remember_drop(self, shape: bytes, idx: int, text: str, line_no: int) -> None:
+    def _remember_drop(self, shape: bytes, idx: int, text: str, line_no: int, raw: bytes) -> None:
         rule = self.ruleset.filters[idx]
         self._drop[shape] = idx
+        if self._table is not None:
+            self._table.add(raw, idx, rule.spec.extract, rule.spec.progress)
         if rule.spec.extract:
             self._extract[shape] = idx
             self._extract_point(rule, text, line_no)
@@ -381,6 +501,13 @@ class Compressor:
             dropped_by_rule[self.ruleset.filters[self._drop[shape]].id] += count
         for idx, count in self._str_dropped.items():
             dropped_by_rule[self.ruleset.filters[idx].id] += count
+        lines_dropped = sum(self._dropped_shapes.values())
+        if self._table is not None:
+            c_counts = Counter(dict(enumerate(self._table.counts()))) + self._c_dropped
+            for idx, count in c_counts.items():
+                if count:
+                    dropped_by_rule[self.ruleset.filters[idx].id] += count
+            lines_dropped += sum(c_counts.values())
         progress = None
         if self._last_progress:
             progress = (self._last_progress[0], _decode(self._last_progress[1]))
@@ -389,7 +516,7 @@ class Compressor:
             rule_counts=self.rule_counts, metrics=self._metrics, nan_points=self._nan,
             last_progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
             known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
-            lines_dropped=sum(self._dropped_shapes.values()), lines_in=self.lines_in,
+            lines_dropped=lines_dropped, lines_in=self.lines_in,
             bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines)
 
     def finish(self, report: IngestReport) -> CompressedLog:
@@ -477,6 +604,8 @@ def merge_partials(parts: list[Partial]) -> Partial:
 
 
 def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> CompressedLog:
+    part.metrics.sort(key=lambda p: p.line)
+    part.nan_points.sort(key=lambda p: p.line)
     templates = sorted(part.templates.values(), key=lambda t: t.first_line)
     progress = None
     if part.last_progress:
@@ -605,11 +734,11 @@ class _RangeReader:
         self._fh.close()
 
 
-def _compress_range(args: tuple[str, int, int, int]) -> tuple[Partial, IngestReport]:
-    path, start, end, chunk_size = args
+def _compress_range(args: tuple[str, int, int, int, bool]) -> tuple[Partial, IngestReport]:
+    path, start, end, chunk_size, use_c = args
     assert _WORKER_RULESET is not None
     report = IngestReport()
-    comp = Compressor(_WORKER_RULESET)
+    comp = Compressor(_WORKER_RULESET, use_c=use_c)
     reader = _RangeReader(Path(path), start, end)
     try:
         for chunk in iter_chunks(reader, report, chunk_size=chunk_size):
@@ -620,13 +749,13 @@ def _compress_range(args: tuple[str, int, int, int]) -> tuple[Partial, IngestRep
 
 
 def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: int,
-                       on_progress: Callable[[int], None] | None) -> CompressedLog:
+                       on_progress: Callable[[int], None] | None, use_c: bool) -> CompressedLog:
     global _WORKER_RULESET
     _WORKER_RULESET = ruleset
     ranges = _ranges(path, workers)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(len(ranges)) as pool:
-        results = pool.map(_compress_range, [(str(path), a, b, chunk_size) for a, b in ranges])
+        results = pool.map(_compress_range, [(str(path), a, b, chunk_size, use_c) for a, b in ranges])
     if on_progress:
         on_progress(sum(b - a for a, b in ranges))
     report = IngestReport()
@@ -638,7 +767,7 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
 
 
 def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
-                    chunk_size: int = CHUNK_SIZE, workers: int | None = None,
+                    chunk_size: int = CHUNK_SIZE, workers: int | None = None, use_c: bool = True,
                     on_progress: Callable[[int], None] | None = None) -> CompressedLog:
     """Compress a log. Large plain files are split into byte ranges scanned by `workers`
     processes (default: one per CPU); streams and gz/zst are read sequentially."""
@@ -646,9 +775,9 @@ def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
     path = _plain_file(source)
     if workers > 1 and path is not None and path.stat().st_size >= PARALLEL_MIN_BYTES \
             and "fork" in multiprocessing.get_all_start_methods():
-        return _compress_parallel(path, ruleset, workers, chunk_size, on_progress)
+        return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c)
     report = IngestReport()
-    comp = Compressor(ruleset)
+    comp = Compressor(ruleset, use_c=use_c)
     for chunk in iter_chunks(source, report, chunk_size=chunk_size):
         comp.feed(chunk)
         if on_progress:

@@ -86,10 +86,11 @@ class _ZstdReader:
 class _Decoder:
     """Wrap a raw stream with the right decompressor; read() never raises on corrupt data."""
 
-    PIECE = 256 * 1024
+    PIECE = 256 * 1024  # decompressed bytes per read: a corrupt tail loses at most this much
 
     def __init__(self, raw: BinaryIO, report: IngestReport) -> None:
         self._report = report
+        self._piece = self.PIECE
         head = raw.read(4)
         self._done = False
         if head.startswith(GZIP_MAGIC):
@@ -100,6 +101,7 @@ class _Decoder:
             self._stream = _ZstdReader(_Prefixed(head, raw))
         else:
             self._stream = _Prefixed(head, raw)
+            self._piece = 1 << 30  # plain bytes cannot be corrupt: read whole chunks at once
 
     def read(self, n: int) -> bytes:
         """Read up to n bytes in small pieces, so a corrupt tail loses at most one piece."""
@@ -107,7 +109,7 @@ class _Decoder:
         want = n
         while want > 0 and not self._done:
             try:
-                data = self._stream.read(min(want, self.PIECE))
+                data = self._stream.read(min(want, self._piece))
             except (EOFError, OSError, zlib.error, zstandard.ZstdError) as exc:
                 self._done = True
                 what = "truncated" if isinstance(exc, EOFError) else "corrupt"

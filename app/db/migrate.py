@@ -8,7 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,9 +28,14 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+_MIGRATION_LOCK = 0x6C6F6778  # pg advisory lock: replicas starting together migrate one at a time
+
+
 def upgrade_to_head(engine: Engine) -> None:
     cfg = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 

@@ -67,7 +67,7 @@ class PipelineExecutor:
                 self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="logdx-diagnose")
         return self._pool
 
-    async def run(self, path: Path, limit: int | None) -> dict[str, Any]:
+    async def run(self, path: Path, limit: int | None, *, retries: int = 1) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         pool = self._get_pool()
         if isinstance(pool, ProcessPoolExecutor):
@@ -77,10 +77,14 @@ class PipelineExecutor:
         try:
             return await loop.run_in_executor(pool, call)
         except BrokenProcessPool:
-            # a worker died (OOM killer, segfault): start a fresh pool for the next diagnosis
-            self._pool = None
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+            # A worker died (OOM killer, segfault) and took every diagnosis in the pool with it:
+            # start a fresh pool and retry once, so only a log that kills workers twice fails.
+            if self._pool is pool:
+                self._pool = None
+                pool.shutdown(wait=False, cancel_futures=True)
+            if retries <= 0:
+                raise
+            return await self.run(path, limit, retries=retries - 1)
 
     def shutdown(self) -> None:
         if self._pool is not None:

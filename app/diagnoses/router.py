@@ -66,7 +66,7 @@ async def diagnose_once(request: Request, services: ServicesDep, _: Scheduler) -
     check_content_type(request)
     settings = services.settings
     spooled = await spool_body(request, spool=services.store.new_spool(), limit=settings.max_upload_bytes,
-                               buffer_bytes=settings.upload_chunk_bytes)
+                               buffer_bytes=settings.upload_chunk_bytes, durable=False)
     try:
         services.metrics.ingested_bytes.labels(kind="one_shot").inc(spooled.check.size)
         if spooled.check.error:

@@ -112,8 +112,13 @@ def _val(x: Any) -> str:
 class FailureAgent:
     def __init__(self, client: LLMClient, *, retriever: Retriever | None = None, policies: Sequence = (),
                  config: AgentConfig | None = None, json_prompt: PromptTemplate | None = None,
-                 choice_prompt: PromptTemplate | None = None) -> None:
+                 choice_prompt: PromptTemplate | None = None, rule_sink: Any = None,
+                 rule_writer: Any = None) -> None:
         self.client = client
+        # a confident answer the rules could not give (`other`, or a generic/Unknown event) yields
+        # a proposed diagnosis rule, validated before it reaches the sink (ProposedRuleSink)
+        self.rule_sink = rule_sink
+        self.rule_writer = rule_writer
         self.retriever = retriever
         self.policies = list(policies)
         self.config = config or AgentConfig()
@@ -270,6 +275,7 @@ class FailureAgent:
                              f"{'retrieval' if similar else 'rules'} result")
         if verdict is not None and verdict.accepted:
             diag = self._apply_verdict(result, verdict, notes)
+            self._maybe_propose_rule(result, verdict, diag)
             return Refinement(diag, verdict, None, similar, True)
         if verdict is not None:
             notes.append(f"llm ({verdict.model}, {verdict.prompt_ref}) suggested {verdict.choice} "
@@ -279,6 +285,29 @@ class FailureAgent:
             diag = self._apply_vote(result, rv, notes)
             return Refinement(diag, verdict, rv, similar, True)
         return Refinement(original.model_copy(update={"notes": [*original.notes, *notes]}), verdict, rv, similar, True)
+
+    def _maybe_propose_rule(self, result: Any, v: AgentVerdict, diag: Diagnosis) -> None:
+        if self.rule_sink is None or v.error_type is ErrorType.Unknown:
+            return
+        chosen = next((c for c in self.candidates(result) if c.id == v.choice), None)
+        if chosen is not None and chosen.error_type is not ErrorType.Unknown and chosen.error_type == v.error_type:
+            return  # an existing specific rule already finds this
+        texts = line_texts(result.compressed.text)
+        evidence = [texts[ln] for ln in v.evidence_lines if ln in texts][:3]
+        if not evidence:
+            return
+        try:
+            if self.rule_writer is None:
+                from app.llm.rulewriter import DiagnosisRuleWriter
+
+                self.rule_writer = DiagnosisRuleWriter(client=self.client)
+            proposal = self.rule_writer.propose(
+                evidence=evidence, error_type=v.error_type, category=diag.root_cause.category,
+                sink=self.rule_sink, corpus=list(texts.values()), hint=v.explanation[:300])
+            if proposal.proposal_id is not None:
+                diag.notes.append(f"proposed rule {proposal.rule.rule['id']} (proposal {proposal.proposal_id})")
+        except Exception as exc:  # noqa: BLE001 - proposing a rule is a bonus, never a failure
+            diag.notes.append(f"rule proposal failed: {type(exc).__name__}: {exc}")
 
     def _action(self, error_type: ErrorType, category: Category, confidence: float, event: Any,
                 fallback: ActionKind | None, reason_prefix: str) -> Action:

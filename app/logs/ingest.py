@@ -76,17 +76,19 @@ def _write_checked(fh: BinaryIO, check: StreamCheck, data: bytes) -> None:
     fh.write(data)
 
 
-def _close_synced(fh: BinaryIO, check: StreamCheck | None = None) -> None:
+def _close_synced(fh: BinaryIO, check: StreamCheck | None = None, durable: bool = True) -> None:
     if check is not None:
         check.finish()
     fh.flush()
-    os.fsync(fh.fileno())
+    if durable:
+        os.fsync(fh.fileno())
     fh.close()
 
 
 async def spool_body(request: Request, *, spool: Path, limit: int, buffer_bytes: int,
-                     validate: bool = True) -> Spooled:
-    """Write the whole body to `spool` (fsynced) while hashing and decode-checking it."""
+                     validate: bool = True, durable: bool = True) -> Spooled:
+    """Write the whole body to `spool` while hashing and decode-checking it; fsynced when
+    `durable` (it will be kept), not for throw-away one-shot bodies."""
     length = declared_length(request)
     if length is not None and length > limit:
         raise _too_large(limit)
@@ -99,7 +101,7 @@ async def spool_body(request: Request, *, spool: Path, limit: int, buffer_bytes:
             if size > limit:
                 raise _too_large(limit)
             await anyio.to_thread.run_sync(_write_checked, fh, check, piece)
-        await anyio.to_thread.run_sync(_close_synced, fh, check)
+        await anyio.to_thread.run_sync(_close_synced, fh, check, durable)
     except BaseException:
         fh.close()
         spool.unlink(missing_ok=True)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from app.core import compress as compress_mod
-from app.core.compress import compress_source
+from app.core.compress import ShapeTable
+from app.core.compress import compress_source as _compress_source
 from app.core.rules import load_rules
 
 RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
@@ -16,6 +17,20 @@ RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
 @pytest.fixture(scope="module")
 def rules_min():
     return load_rules(RULES_MIN)
+
+
+# every test runs on the C scan loop and on the pure-Python fallback: results must be identical
+@pytest.fixture(params=["c", "python"], autouse=True)
+def scan_loop(request, monkeypatch):
+    if request.param == "c" and ShapeTable is None:
+        pytest.skip("C scan loop not built")
+    use_c = request.param == "c"
+
+    def compress_source(*args, **kwargs):
+        return _compress_source(*args, use_c=use_c, **kwargs)
+
+    monkeypatch.setitem(globals(), "compress_source", compress_source)
+    return request.param
 
 
 def megatron(step: int, loss: str = "2.345E+00", host: str = "node-01") -> str:
@@ -110,3 +125,17 @@ def test_parallel_ranges_give_the_same_result_as_one_stream(tmp_path, rules_min,
            [(t.text, t.count, t.first_line, t.last_line) for t in sequential.templates]
     assert [o.line for o in parallel.occurrences] == [o.line for o in sequential.occurrences]
     assert parallel.last_progress == sequential.last_progress
+
+
+def test_c_and_python_scan_loops_agree_across_chunk_boundaries(ruleset, scan_loop):
+    if scan_loop == "python":
+        pytest.skip("compares both loops once")
+    src = Path(__file__).resolve().parents[1] / "golden" / "compress" / "multistack" / "input.log"
+    data = src.read_bytes() * 20
+    results = [_compress_source(io.BytesIO(data), ruleset, chunk_size=4096, use_c=c) for c in (True, False)]
+    fast, pure = results
+    assert fast.stats.model_dump() == pure.stats.model_dump()
+    assert fast.text == pure.text
+    assert [(o.line, o.rule.id) for o in fast.occurrences] == [(o.line, o.rule.id) for o in pure.occurrences]
+    assert fast.last_progress == pure.last_progress
+    assert [p.line for p in fast.nan_points] == [p.line for p in pure.nan_points]

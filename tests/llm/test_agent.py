@@ -131,3 +131,18 @@ def test_fit_log_keeps_evidence_and_marks_gaps():
     assert used <= 120
     assert "OutOfMemoryError" in text and "Watchdog" in text and "line(s) omitted" in text
     assert 95 in line_texts(text)
+
+
+def test_confident_other_answer_proposes_a_validated_rule():
+    from app.llm.ports import InMemoryProposedRuleSink
+
+    sink = InMemoryProposedRuleSink()
+    answer = {**GOOD, "choice": "other", "error_type": "HostOOMKilled", "evidence_lines": [95],
+              "explanation": "The kernel OOM killer ended rank 1 (line 95)."}
+    agent = FailureAgent(LLMClient(FakeBackend(json_answer=answer)), rule_sink=sink)
+    d = agent.refine(make_result())
+    assert d.root_cause.error_type is ErrorType.HostOOMKilled
+    assert len(sink.proposals) == 1, d.notes
+    rule = next(iter(sink.proposals.values())).rule
+    assert rule["error_type"] == "HostOOMKilled" and rule["examples"]["match"]
+    assert any("proposed rule" in n for n in d.notes)

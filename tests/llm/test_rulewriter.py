@@ -86,3 +86,20 @@ def test_filter_writer_proposes_metric_filters_that_spare_error_lines():
 def test_generalised_candidates_validate_on_real_shapes(line):
     p = DiagnosisRuleWriter().propose(evidence=[line], error_type=ErrorType.OSError, category=Category.SCRIPT)
     assert p.rule is not None, {k: v.errors for k, v in p.validations.items()}
+
+
+def test_filter_negatives_from_real_dev_cases_spare_every_evidence_line():
+    from pathlib import Path
+
+    from app.llm.rulewriter.writers import error_lines_from_cases
+
+    root = Path("/work/shared/realworld-dev/cases")
+    if not root.is_dir():
+        pytest.skip("real-world dev cases not available")
+    errors = error_lines_from_cases(root)
+    assert len(errors) >= 20
+    lines = [(f"{{'loss': {1 + i / 100:.4f}, 'grad_norm': 0.{i:02d}, 'learning_rate': 4.9e-05, 'epoch': 0.{i:02d}}}", 1)
+             for i in range(30)]
+    proposals = FilterRuleWriter(negatives=errors, min_count=20).propose(lines)
+    assert proposals and proposals[0].rule is not None
+    assert proposals[0].rule.validation["chosen"]["negatives_total"] == len(errors)

@@ -143,3 +143,35 @@ def test_sigkill_with_pending_and_running_diagnoses_requeues_them(server_env):
         assert all(s["diagnosis"]["root_cause"]["error_type"] == "ECCError" for s in states)
     finally:
         server.kill()
+
+
+def test_separate_worker_process_runs_queued_diagnoses_on_postgres(server_env, database_url):
+    if not database_url:
+        pytest.skip("procrastinate workers need PostgreSQL")
+    import os
+    import subprocess
+    import sys
+
+    from tests.service.live import REPO
+
+    server = LiveServer(server_env).start(LOGDX_RUN_WORKER="false", LOGDX_SYNC_DIAGNOSE_MAX_BYTES="0")
+    worker = None
+    try:
+        api = httpx.Client(base_url=server.url, headers=_token(server_env), timeout=30)
+        job = api.post("/v1/jobs", json={"cluster": "c", "external_id": "w"}).json()["id"]
+        api.put(f"/v1/jobs/{job}/log", content=sample_log())
+        accepted = api.post(f"/v1/jobs/{job}/diagnoses").json()
+        time.sleep(0.5)
+        assert api.get(accepted["href"]).json()["status"] == "pending"
+        worker = subprocess.Popen([sys.executable, "-m", "app.service_cli", "worker"], cwd=REPO,
+                                  env={**os.environ, **server_env, "PYTHONPATH": str(REPO)},
+                                  start_new_session=True)
+        deadline = time.monotonic() + 30
+        while (state := api.get(accepted["href"]).json())["status"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state["status"] == "done", state
+    finally:
+        server.kill()
+        if worker is not None:
+            os.killpg(worker.pid, 9)
+            worker.wait(10)

@@ -91,3 +91,18 @@ def test_app_error_subclasses_map_to_status(app, client):
 def test_no_log_yet_is_404(client, sched):
     job = new_job(client, sched)
     assert_error(client.post(f"/v1/jobs/{job['id']}/diagnoses", headers=sched), 404, "no_log")
+
+
+def test_oversized_json_body_is_413(client, sched):
+    body = b'{"cluster": "' + b"a" * (2 << 20) + b'", "external_id": "1"}'
+    assert_error(client.post("/v1/jobs", content=body, headers={**sched, "Content-Type": "application/json"}), 413)
+
+
+def test_oversized_streamed_json_body_is_413(client, sched):
+    def chunks():
+        yield b'{"cluster": "'
+        for _ in range(40):
+            yield b"a" * 65536
+        yield b'", "external_id": "1"}'
+
+    assert_error(client.post("/v1/jobs", content=chunks(), headers={**sched, "Content-Type": "application/json"}), 413)

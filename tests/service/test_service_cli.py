@@ -35,5 +35,12 @@ def test_bad_role_is_a_usage_error(tmp_path, monkeypatch):
 def test_register_mounts_serve_and_token():
     cli = click.Group("logdx")
     register(cli)
-    assert {"serve", "token"} <= set(cli.commands)
+    assert {"serve", "worker", "token"} <= set(cli.commands)
     assert "--port" in CliRunner().invoke(cli, ["serve", "--help"]).output
+
+
+def test_worker_refuses_sqlite(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGDX_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("LOGDX_DATABASE_URL", raising=False)
+    result = CliRunner().invoke(main, ["worker"])
+    assert result.exit_code == 2 and "postgresql" in result.stderr

@@ -57,3 +57,11 @@ def test_sqlite_runs_in_wal_mode(tmp_path):
 def test_bad_settings_are_refused(bad, tmp_path):
     with pytest.raises(ValueError):
         Settings(data_dir=tmp_path, **bad)
+
+
+def test_service_doc_lists_every_setting():
+    from tests.service.conftest import REPO
+
+    doc = (REPO / "docs" / "SERVICE.md").read_text()
+    missing = [f"LOGDX_{name.upper()}" for name in Settings.model_fields if f"LOGDX_{name.upper()}" not in doc]
+    assert missing == []

@@ -112,7 +112,13 @@ class TransformersBackend:
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         lm.to(torch.bfloat16).save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
-        tmp.rename(target) if not target.exists() else None
+        if target.exists():  # another process finished first; keep its copy
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp.rename(target)
 
     # -- the Protocol ------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:

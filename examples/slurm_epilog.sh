@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Send a finished Slurm job's log to logdx and print the diagnosis.
+#
+# Install as EpilogSlurmctld (runs once per job on the controller) or call it from a per-job
+# epilog on the batch host. Needs curl and python3 (for JSON); uses scontrol/sacct when present.
+#
+#   LOGDX_URL=http://logdx:8000 LOGDX_TOKEN=ldx_... examples/slurm_epilog.sh
+#
+# Environment:
+#   LOGDX_URL, LOGDX_TOKEN     server and a `scheduler` token (logdx token create --role scheduler)
+#   SLURM_JOB_ID               set by Slurm; SLURM_CLUSTER_NAME, SLURM_JOB_USER, SLURM_JOB_NODELIST too
+#   LOGDX_LOG_FILE             the log to send (default: the job's StdOut from scontrol)
+#   LOGDX_GPU_COUNT, LOGDX_JOB_STATE, LOGDX_STARTED_AT, LOGDX_ENDED_AT   override sacct
+#   LOGDX_WAIT_S               how long to poll a queued (202) diagnosis (default 120)
+#   LOGDX_RETRIES              curl retries on connection errors (default 3)
+#
+# A failing epilog drains the node in Slurm, so this script always exits 0; problems go to stderr.
+set -uo pipefail
+
+main() {
+  local url="${LOGDX_URL:?set LOGDX_URL}" token="${LOGDX_TOKEN:?set LOGDX_TOKEN}"
+  local job_id="${SLURM_JOB_ID:?not running under Slurm (SLURM_JOB_ID unset)}"
+  local cluster="${SLURM_CLUSTER_NAME:-default}"
+  local auth=(-H "Authorization: Bearer ${token}")
+  local curl=(curl -sS --fail-with-body --max-time 600 --retry "${LOGDX_RETRIES:-3}" --retry-connrefused)
+
+  local log="${LOGDX_LOG_FILE:-}"
+  if [[ -z "$log" ]] && command -v scontrol >/dev/null; then
+    log=$(scontrol show job "$job_id" 2>/dev/null | sed -n 's/.*StdOut=\([^ ]*\).*/\1/p' | head -n1)
+  fi
+  [[ -n "$log" && -r "$log" ]] || { echo "logdx epilog: no readable log for job $job_id" >&2; return 0; }
+
+  local state="${LOGDX_JOB_STATE:-}" started="${LOGDX_STARTED_AT:-}" ended="${LOGDX_ENDED_AT:-}"
+  local gpus="${LOGDX_GPU_COUNT:-}"
+  if command -v sacct >/dev/null && [[ -z "$state" ]]; then
+    # State|Start|End|AllocTRES of the job allocation itself (first line)
+    IFS='|' read -r state started ended tres < <(sacct -j "$job_id" -X -n -P -o State,Start,End,AllocTRES 2>/dev/null | head -n1)
+    [[ -z "$gpus" ]] && gpus=$(sed -n 's/.*gres\/gpu=\([0-9]*\).*/\1/p' <<<"${tres:-}")
+  fi
+  local hosts=""
+  if [[ -n "${SLURM_JOB_NODELIST:-}" ]] && command -v scontrol >/dev/null; then
+    hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)
+  fi
+
+  local body
+  body=$(JOB_ID="$job_id" CLUSTER="$cluster" STATE="$state" STARTED="$started" ENDED="$ended" \
+         GPUS="$gpus" HOSTS="$hosts" JOB_USER="${SLURM_JOB_USER:-}" python3 - <<'PY'
+import json, os
+state = os.environ["STATE"].split()[0].lower() if os.environ["STATE"] else ""
+known = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "running", "pending"}
+def when(v):  # sacct prints local time without a zone; Unknown/None when missing
+    return v if v and v[0].isdigit() else None
+body = {"cluster": os.environ["CLUSTER"], "external_id": os.environ["JOB_ID"], "scheduler": "slurm",
+        "state": state if state in known else ("unknown" if state else None),
+        "started_at": when(os.environ["STARTED"]), "ended_at": when(os.environ["ENDED"]),
+        "gpu_count": int(os.environ["GPUS"]) if os.environ["GPUS"].isdigit() else None,
+        "hosts": [h for h in os.environ["HOSTS"].split(",") if h],
+        "user": os.environ["JOB_USER"] or None}
+print(json.dumps({k: v for k, v in body.items() if v not in (None, [])}))
+PY
+)
+  local job
+  job=$("${curl[@]}" "${auth[@]}" -H 'Content-Type: application/json' -d "$body" "$url/v1/jobs") \
+    || { echo "logdx epilog: cannot register job: $job" >&2; return 0; }
+  local id
+  id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"$job")
+
+  # the whole log as the body, streamed from disk (gz/zst files are sent as they are)
+  local put
+  put=$("${curl[@]}" "${auth[@]}" -X PUT -H 'Content-Type: application/octet-stream' \
+        --data-binary @"$log" "$url/v1/jobs/$id/log") \
+    || { echo "logdx epilog: upload failed: $put" >&2; return 0; }
+
+  local out
+  out=$("${curl[@]}" "${auth[@]}" -X POST "$url/v1/jobs/$id/diagnoses") \
+    || { echo "logdx epilog: diagnosis request failed: $out" >&2; return 0; }
+  local deadline=$((SECONDS + ${LOGDX_WAIT_S:-120}))
+  while python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["status"] not in ("pending","running"))' <<<"$out"; do
+    (( SECONDS < deadline )) || { echo "logdx epilog: diagnosis still queued: $out" >&2; return 0; }
+    sleep 2
+    out=$("${curl[@]}" "${auth[@]}" "$url/v1/diagnoses/$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"$out")")
+  done
+  python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+if d["status"] != "done":
+    print(f"logdx: diagnosis {d['id']} failed: {d.get('error')}"); sys.exit(0)
+r = d["diagnosis"]
+rc, act = r["root_cause"], r["action"]
+print(f"logdx: job {d['job_id']} diagnosis {d['id']}: {rc['error_type']} ({rc['category']}, "
+      f"confidence {rc['confidence']:.2f}) -> {act['kind']}"
+      + (f" suspect hosts: {', '.join(act['suspect_hosts'])}" if act["suspect_hosts"] else ""))
+for ev in rc["evidence"][:3]:
+    print(f"  line {ev['line']}: {ev['text'][:200]}")
+print(f"  {act['reason']}")
+PY
+}
+
+main "$@" || true
+exit 0

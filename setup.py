@@ -1,0 +1,10 @@
+"""Build hook for the optional C scan loop (app/core/_shapescan.c); metadata is in pyproject.toml.
+
+`optional=True`: without a C compiler the install still succeeds and logdx uses its
+pure-Python scan loop (same results, slower).
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("app.core._shapescan", ["app/core/_shapescan.c"], optional=True,
+                             extra_compile_args=["-O3"])])

@@ -1,0 +1,43 @@
+"""The Slurm epilog example against a real server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from app.auth.models import TokenRole
+from app.auth.service import create_token
+from app.db.engine import Database
+from tests.service.conftest import REPO, RULES_DIR, sample_log
+from tests.service.live import LiveServer
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_slurm_epilog_registers_uploads_and_prints_the_diagnosis(tmp_path):
+    data = tmp_path / "data"
+    server = LiveServer({"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(RULES_DIR),
+                         "LOGDX_DIAGNOSIS_EXECUTOR": "thread"}).start()
+    try:
+        db = Database(f"sqlite:///{data / 'logdx.db'}")
+        token = db.run(create_token, role=TokenRole.SCHEDULER, name="slurm")[1]
+        db.dispose()
+        log = tmp_path / "slurm-77.out"
+        log.write_bytes(sample_log())
+        env = {**os.environ, "LOGDX_URL": server.url, "LOGDX_TOKEN": token, "SLURM_JOB_ID": "77",
+               "SLURM_CLUSTER_NAME": "alpha", "LOGDX_LOG_FILE": str(log), "LOGDX_JOB_STATE": "FAILED",
+               "LOGDX_GPU_COUNT": "8", "PATH": "/usr/bin:/bin"}
+        out = subprocess.run(["bash", str(REPO / "examples" / "slurm_epilog.sh")], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "ECCError (infrastructure" in out.stdout, (out.stdout, out.stderr)
+        assert "isolate_and_restart" in out.stdout
+        # a broken server URL still exits 0 (a failing epilog would drain the node)
+        bad = subprocess.run(["bash", str(REPO / "examples" / "slurm_epilog.sh")],
+                             env={**env, "LOGDX_URL": "http://127.0.0.1:9", "LOGDX_RETRIES": "0"}, capture_output=True,
+                             text=True, timeout=120)
+        assert bad.returncode == 0 and "cannot register job" in bad.stderr
+    finally:
+        server.kill()
