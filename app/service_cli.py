@@ -94,11 +94,14 @@ def _database(settings: Settings):  # noqa: ANN202
 @token.command("create")
 @click.option("--role", required=True, type=click.Choice([r.value for r in TokenRole]),
               help="scheduler < engineer < admin")
-@click.option("--name", default=None, help="Who or what uses the token (shown in labels and audit).")
+@click.option("--name", default=None, type=click.STRING,
+              help="Who or what uses the token (shown in labels and audit; at most 128 characters).")
 def token_create(role: str, name: str | None) -> None:
     """Print a new API token for ROLE."""
     from app.auth.service import create_token
 
+    if name is not None and not (0 < len(name) <= 128 and name.isprintable()):
+        raise click.BadParameter("1 to 128 printable characters", param_hint="--name")
     db = _database(_settings())
     row, secret = db.run(create_token, role=TokenRole(role), name=name or f"{role}-token")
     click.echo(f"created token {row.id} ({row.name}, role {row.role}); it is shown only once:", err=True)

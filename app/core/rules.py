@@ -30,6 +30,7 @@ GROUP_NAMES = {"rank", "host", "gpu", "xid", "exc", "pid", "node", "local_rank",
                "step", "loss", "grad_norm", "loss_scale", "lr", "throughput", "time", "detail"}
 DEFAULT_PRIORITY = {Role.CAUSE: 50, Role.WRAPPER: 20, Role.SYMPTOM: 10}
 MATCH_TIMEOUT_S = 0.05
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built: 10x faster
 
 
 class RuleError(ValueError):
@@ -164,7 +165,7 @@ def _check_groups(compiled: regex.Pattern, where: str, pattern: str) -> None:
 
 def _load_file(path: Path) -> RuleFile:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
     except yaml.YAMLError as exc:
         raise RuleError(f"{path.name}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):

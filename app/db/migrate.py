@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from alembic import command
@@ -40,6 +41,7 @@ def upgrade_to_head(engine: Engine) -> None:
         command.upgrade(cfg, "head")
 
 
+@lru_cache(maxsize=1)
 def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 

@@ -4,9 +4,9 @@ import asyncio
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
-from app.api.deps import Scheduler, ServicesDep
+from app.api.deps import Engineer, Scheduler, ServicesDep
 from app.api.openapi import ERRORS, RAW_LOG_BODY
 from app.core.types import Diagnosis
 from app.diagnoses import service
@@ -57,6 +57,13 @@ def list_job_diagnoses(job_id: ObjectId, services: ServicesDep, _: Scheduler) ->
 @router.get("/v1/diagnoses/{diagnosis_id}", response_model=DiagnosisOut)
 def get_diagnosis(diagnosis_id: ObjectId, services: ServicesDep, _: Scheduler) -> DiagnosisOut:
     return services.db.run(_read, diagnosis_id=diagnosis_id)
+
+
+@router.get("/v1/diagnoses/{diagnosis_id}/compressed", response_class=PlainTextResponse,
+            responses={200: {"content": {"text/plain": {}}, "description": "Compressed log"}})
+def get_compressed(diagnosis_id: ObjectId, services: ServicesDep, _: Engineer) -> PlainTextResponse:
+    """The compact text the diagnosis was made from (templates, kept lines, context windows)."""
+    return PlainTextResponse(services.db.run(service.compressed_text, diagnosis_id=diagnosis_id))
 
 
 @router.post("/v1/diagnose", response_model=Diagnosis, response_model_by_alias=True,

@@ -132,3 +132,12 @@ def to_out(*, session: Session, row: DiagnosisRow) -> DiagnosisOut:
         versions={"rules": row.rules_version, "prompt": row.prompt_version, "model": row.model_version},
         labels=[label_out(lb) for lb in labels], created_at=row.created_at,
         started_at=row.started_at, finished_at=row.finished_at)
+
+
+def compressed_text(*, session: Session, diagnosis_id: int) -> str:
+    row = get_diagnosis(session=session, diagnosis_id=diagnosis_id)
+    compressed = session.get(CompressedLog, row.compressed_log_id) if row.compressed_log_id else None
+    if compressed is None:
+        raise NotFound(f"diagnosis {diagnosis_id} is {row.status}; it has no compressed log",
+                       detail={"status": row.status}, code="no_compressed_log")
+    return compressed.text

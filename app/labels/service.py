@@ -3,15 +3,19 @@ diagnosis becomes the job's effective root cause (filters and statistics follow 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.core.types import Category, ErrorType, default_category
 from app.diagnoses import service as diagnoses
-from app.diagnoses.models import DiagnosisStatus
+from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
 from app.errors import Conflict
 from app.jobs.models import Job
 from app.labels.models import Label, Verdict
 from app.labels.schemas import LabelCreate
+from app.logs.models import CompressedLog
 
 
 def create_label(*, session: Session, diagnosis_id: int, data: LabelCreate, created_by: str) -> Label:
@@ -33,3 +37,26 @@ def create_label(*, session: Session, diagnosis_id: int, data: LabelCreate, crea
         job.error_type, job.category = error_type, category
     session.flush()
     return label
+
+
+@dataclass(frozen=True)
+class LabelledCase:
+    """A human-checked diagnosis: what retrieval of similar past cases compares against."""
+
+    diagnosis_id: int
+    job_id: int
+    error_type: str
+    category: str
+    verdict: str
+    compressed_text: str
+
+
+def list_labelled_cases(*, session: Session, limit: int = 1000) -> list[LabelledCase]:
+    """The newest label of each labelled diagnosis, with the compressed log it was made from."""
+    newest = (select(func.max(Label.id)).group_by(Label.diagnosis_id)).scalar_subquery()
+    query = (select(Label, DiagnosisRow.job_id, CompressedLog.text)
+             .join(DiagnosisRow, DiagnosisRow.id == Label.diagnosis_id)
+             .join(CompressedLog, CompressedLog.id == DiagnosisRow.compressed_log_id)
+             .where(Label.id.in_(newest)).order_by(Label.id.desc()).limit(limit))
+    return [LabelledCase(label.diagnosis_id, job_id, label.error_type, label.category, label.verdict, text)
+            for label, job_id, text in session.execute(query)]

@@ -4,10 +4,11 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse
 
-from app.api.deps import Scheduler, ServicesDep
+from app.api.deps import Engineer, Scheduler, ServicesDep
 from app.api.openapi import ERRORS, RAW_LOG_BODY
-from app.errors import InvalidInput
+from app.errors import InvalidInput, NotFound
 from app.logs import service
 from app.logs.ingest import append_body, check_content_type, hash_file, spool_body
 from app.logs.models import LogStatus
@@ -47,6 +48,17 @@ async def put_log(job_id: ObjectId, request: Request, services: ServicesDep, _: 
 def get_log(job_id: ObjectId, services: ServicesDep, _: Scheduler, attempt: AttemptQuery = None) -> LogOut:
     """The job's current log; for a chunked log `size` is the offset to resume from."""
     return services.db.run(service.get_log_out, job_id=job_id, attempt=attempt)
+
+
+@router.get("/raw", response_class=FileResponse,
+            responses={200: {"content": {"application/octet-stream": {}}, "description": "Raw bytes"}})
+def download_log(job_id: ObjectId, services: ServicesDep, _: Engineer, attempt: AttemptQuery = None) -> FileResponse:
+    """The current log exactly as received (still compressed if it was uploaded compressed)."""
+    sha, log_id, _status = services.db.run(service.raw_location, job_id=job_id, attempt=attempt)
+    path = services.store.blob_path(sha) if sha else services.store.part_path(log_id)
+    if not path.exists():
+        raise NotFound(f"the bytes of log {log_id} are not on disk", detail={"log_id": log_id})
+    return FileResponse(path, media_type="application/octet-stream", filename=f"job-{job_id}-log-{log_id}")
 
 
 @router.post("/chunks", response_model=LogOut, openapi_extra=RAW_LOG_BODY,

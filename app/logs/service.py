@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from app.db.base import utcnow
 from app.db.engine import insert_ignore
 from app.errors import Conflict, NotFound
+from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job
 from app.logs.models import JobLog, LogBlob, LogKind, LogStatus
 from app.logs.schemas import LogOut
@@ -92,8 +93,6 @@ def seal_chunked(*, session: Session, log_id: int, sha256: str, size: int, encod
 
 def record_upload_for(*, session: Session, job_id: int, attempt: int | None, sha256: str, size: int,
                       encoding: str, error: str | None, warnings: list[str]) -> LogOut:
-    from app.jobs import service as jobs
-
     job = jobs.get_job(session=session, job_id=job_id)
     att = jobs.get_attempt(session=session, job=job, number=attempt)
     log = record_upload(session=session, job=job, attempt=att, sha256=sha256, size=size,
@@ -102,16 +101,12 @@ def record_upload_for(*, session: Session, job_id: int, attempt: int | None, sha
 
 
 def check_attempt(*, session: Session, job_id: int, attempt: int | None) -> int:
-    from app.jobs import service as jobs
-
     job = jobs.get_job(session=session, job_id=job_id)
     return jobs.get_attempt(session=session, job=job, number=attempt).number
 
 
 def open_chunked(*, session: Session, job_id: int, attempt: int | None, offset: int) -> LogOut:
     """The attempt's chunked log; created by the first chunk (offset 0)."""
-    from app.jobs import service as jobs
-
     job = jobs.get_job(session=session, job_id=job_id)
     att = jobs.get_attempt(session=session, job=job, number=attempt)
     log = chunked_log(session=session, job=job, attempt=att, create=offset == 0)
@@ -122,8 +117,6 @@ def open_chunked(*, session: Session, job_id: int, attempt: int | None, offset: 
 
 
 def get_log_out(*, session: Session, job_id: int, attempt: int | None) -> LogOut:
-    from app.jobs import service as jobs
-
     job = jobs.get_job(session=session, job_id=job_id)
     att_id = jobs.get_attempt(session=session, job=job, number=attempt).id if attempt else None
     log = require_current_log(session=session, job_id=job_id, attempt_id=att_id)
@@ -138,3 +131,15 @@ def update_size_out(*, session: Session, log_id: int, size: int) -> LogOut:
 def seal_out(*, session: Session, log_id: int, sha256: str, size: int, encoding: str) -> LogOut:
     log = seal_chunked(session=session, log_id=log_id, sha256=sha256, size=size, encoding=encoding)
     return to_out(log, attempt_number(session=session, log=log))
+
+
+def raw_location(*, session: Session, job_id: int, attempt: int | None) -> tuple[str | None, int, str]:
+    """(blob sha256 or None for an open chunked log, log id, status) of the current log."""
+    att_id = None
+    if attempt:
+        att_id = jobs.get_attempt(session=session, job=jobs.get_job(session=session, job_id=job_id),
+                                  number=attempt).id
+    else:
+        jobs.get_job(session=session, job_id=job_id)
+    log = require_current_log(session=session, job_id=job_id, attempt_id=att_id)
+    return log.blob_sha256, log.id, log.status

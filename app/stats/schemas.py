@@ -26,3 +26,5 @@ class StatsOut(BaseModel):
     by_category: list[Bucket]
     by_cluster: list[Bucket]
     by_host: list[Bucket] = Field(description="Per host the job ran on; GPU-hours split evenly over hosts")
+    by_period: list[Bucket] = Field(default_factory=list,
+                                    description="Per day/week/month of the end time (when `interval` is given)")

@@ -45,8 +45,17 @@ def _buckets(acc: dict[str, _Acc], total_jobs: int, total_hours: float, *, with_
             for key, a in items]
 
 
+def period_key(when: datetime, interval: str) -> str:
+    if interval == "day":
+        return when.strftime("%Y-%m-%d")
+    if interval == "week":
+        year, week, _ = when.isocalendar()
+        return f"{year}-W{week:02d}"
+    return when.strftime("%Y-%m")
+
+
 def failure_stats(*, session: Session, since: datetime | None, until: datetime | None,
-                  cluster: str | None, host_limit: int = 100) -> StatsOut:
+                  cluster: str | None, host_limit: int = 100, interval: str | None = None) -> StatsOut:
     flt = JobFilter(cluster=cluster, since=since, until=until)
     jobs = list(session.scalars(filtered_jobs_query(flt).where(Job.error_type.is_not(None))))
     hosts_of: dict[int, list[str]] = defaultdict(list)
@@ -59,6 +68,7 @@ def failure_stats(*, session: Session, since: datetime | None, until: datetime |
     by_cat: dict[str, _Acc] = defaultdict(_Acc)
     by_cluster: dict[str, _Acc] = defaultdict(_Acc)
     by_host: dict[str, _Acc] = defaultdict(_Acc)
+    by_period: dict[str, _Acc] = defaultdict(_Acc)
     total_hours, no_duration = 0.0, 0
     for job in jobs:
         hours = _gpu_hours(job)
@@ -69,6 +79,8 @@ def failure_stats(*, session: Session, since: datetime | None, until: datetime |
         by_type[job.error_type].add(hours, job.error_type, job.category)
         by_cat[job.category or "unknown"].add(hours, job.error_type, job.category)
         by_cluster[job.cluster].add(hours, job.error_type, None)
+        if interval:
+            by_period[period_key(job.ended_at or job.created_at, interval)].add(hours, job.error_type, None)
         hosts = hosts_of.get(job.id, [])
         for host in hosts:
             by_host[host].add(hours, job.error_type, None, share=1.0 / len(hosts))
@@ -80,4 +92,5 @@ def failure_stats(*, session: Session, since: datetime | None, until: datetime |
         by_category=[b.model_copy(update={"category": b.key}) for b in
                      _buckets(by_cat, n, total_hours, with_types=True)],
         by_cluster=_buckets(by_cluster, n, total_hours, with_types=True),
-        by_host=_buckets(by_host, n, total_hours, with_types=True, limit=host_limit))
+        by_host=_buckets(by_host, n, total_hours, with_types=True, limit=host_limit),
+        by_period=sorted(_buckets(by_period, n, total_hours, with_types=True), key=lambda b: b.key))

@@ -116,3 +116,32 @@ def test_process_pool_executor(tmp_path, service_pipeline, executor):
         job = _uploaded(client, headers)
         body = client.post(f"/v1/jobs/{job}/diagnoses", headers=headers).json()
         assert body["diagnosis"]["root_cause"]["error_type"] == "ECCError"
+
+
+def test_compressed_text_and_raw_download(client, sched, eng):
+    import gzip
+
+    job = new_job(client, sched)["id"]
+    body = gzip.compress(sample_log())
+    client.put(f"/v1/jobs/{job}/log", content=body, headers=sched)
+    diag = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()
+    text = client.get(f"/v1/diagnoses/{diag['id']}/compressed", headers=eng)
+    assert text.status_code == 200 and "uncorrectable ECC error" in text.text
+    raw = client.get(f"/v1/jobs/{job}/log/raw", headers=eng)
+    assert raw.status_code == 200 and raw.content == body
+    assert client.get(f"/v1/jobs/{job}/log/raw", headers=sched).status_code == 403
+    assert_error(client.get("/v1/diagnoses/999/compressed", headers=eng), 404)
+
+
+def test_labelled_cases_for_retrieval(app, client, sched, eng):
+    from app.labels.service import list_labelled_cases
+
+    job = _uploaded(client, sched)
+    diag = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()
+    client.post(f"/v1/jobs/{job}/diagnoses", headers=sched)  # unlabelled: not a case
+    url = f"/v1/diagnoses/{diag['id']}/labels"
+    client.post(url, json={"verdict": "confirm"}, headers=eng)
+    client.post(url, json={"verdict": "correct", "error_type": "NVLinkError"}, headers=eng)
+    cases = app.state.services.db.run(list_labelled_cases)
+    assert [(c.diagnosis_id, c.error_type, c.verdict) for c in cases] == [(diag["id"], "NVLinkError", "correct")]
+    assert "ECC" in cases[0].compressed_text

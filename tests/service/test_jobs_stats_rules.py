@@ -147,3 +147,14 @@ def test_concurrent_creates_and_identical_uploads(client, sched):
         puts = list(pool.map(lambda j: client.put(f"/v1/jobs/{j}/log", content=sample_log(), headers=sched), jobs))
     assert [r.status_code for r in puts] == [201] * 6
     assert len({r.json()["sha256"] for r in puts}) == 1
+
+
+def test_stats_over_time(client, sched, eng):
+    _diagnosed(client, sched, "m1", sample_log(), ended_at="2024-05-01T10:00:00Z")
+    _diagnosed(client, sched, "m2", sample_log(), started_at="2024-06-01T00:00:00Z",
+               ended_at="2024-06-02T00:00:00Z", gpu_count=1)
+    stats = client.get("/v1/stats", params={"interval": "month"}, headers=eng).json()
+    assert [(b["key"], b["failed_jobs"], b["gpu_hours"]) for b in stats["by_period"]] == [
+        ("2024-05", 1, 160.0), ("2024-06", 1, 24.0)]
+    assert client.get("/v1/stats", headers=eng).json()["by_period"] == []
+    assert_error(client.get("/v1/stats", params={"interval": "year"}, headers=eng), 422)

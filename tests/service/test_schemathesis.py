@@ -1,36 +1,48 @@
-"""Property-based API fuzzing from the app's own OpenAPI: no input produces a 5xx, and every
-error response has the one error shape."""
+"""Property-based API fuzzing from the app's own OpenAPI against a real server: no input
+produces a 5xx, and every error response has the one error shape."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 import schemathesis
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 
-from app.api.app import create_app
 from app.auth.models import TokenRole
 from app.auth.service import create_token
-from tests.service.conftest import make_settings, sample_log
+from app.db.engine import Database
+from tests.service.conftest import DB_PARAMS, PG_URL, RULES_DIR, reset_postgres, sample_log
+from tests.service.live import LiveServer
 
-@pytest.fixture(scope="module")
-def seeded(tmp_path_factory, service_pipeline):
-    app = create_app(make_settings(tmp_path_factory.mktemp("fuzz")), pipeline=service_pipeline)
-    with TestClient(app) as client:
-        token = app.state.services.db.run(create_token, role=TokenRole.ADMIN, name="fuzz")[1]
-        h = {"Authorization": f"Bearer {token}"}
-        job = client.post("/v1/jobs", json={"cluster": "c", "external_id": "1"}, headers=h).json()["id"]
-        client.put(f"/v1/jobs/{job}/log", content=sample_log(), headers=h)
-        diag = client.post(f"/v1/jobs/{job}/diagnoses", headers=h).json()["id"]
-        client.post("/v1/rules/proposed", json={"pattern": "x", "error_type": "KeyError", "evidence": ["x"]},
-                    headers=h)
+
+@pytest.fixture(scope="module", params=DB_PARAMS)
+def seeded(request, tmp_path_factory):
+    data = tmp_path_factory.mktemp("fuzz")
+    env = {"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(RULES_DIR), "LOGDX_DIAGNOSIS_EXECUTOR": "thread",
+           "LOGDX_MAX_UPLOAD_BYTES": str(4 << 20)}
+    url = f"sqlite:///{data / 'logdx.db'}"
+    if request.param == "postgres":
+        reset_postgres(PG_URL)
+        env["LOGDX_DATABASE_URL"] = url = PG_URL
+    server = LiveServer(env).start()
+    try:
+        db = Database(url)
+        headers = {"Authorization": f"Bearer {db.run(create_token, role=TokenRole.ADMIN, name='fuzz')[1]}"}
+        db.dispose()
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as api:
+            job = api.post("/v1/jobs", json={"cluster": "c", "external_id": "1"}).json()["id"]
+            api.put(f"/v1/jobs/{job}/log", content=sample_log())
+            diag = api.post(f"/v1/jobs/{job}/diagnoses").json()["id"]
+            api.post("/v1/rules/proposed", json={"pattern": "x", "error_type": "KeyError", "evidence": ["x"]})
         assert (job, diag) == (1, 1)
-        yield app, h
+        yield server.url, headers
+    finally:
+        server.kill()
 
 
 def test_api_never_answers_5xx(seeded):
-    app, headers = seeded
-    api = schemathesis.openapi.from_asgi("/openapi.json", app)
+    url, headers = seeded
+    api = schemathesis.openapi.from_url(f"{url}/openapi.json")
     checked = []
     for result in api.get_all_operations():
         operation = result.ok()
@@ -39,7 +51,7 @@ def test_api_never_answers_5xx(seeded):
         @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck),
                   derandomize=True, database=None)
         def fuzz(case):
-            response = case.call(headers=headers)
+            response = case.call(headers=headers, timeout=30)
             assert response.status_code < 500, (
                 f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:500]}")
             if response.status_code >= 400:
