@@ -63,7 +63,26 @@ def _run(fn: Callable[[], None]) -> None:
         _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_INTERNAL)
 
 
-@click.group()
+class _LazyGroup(click.Group):
+    """Service commands are imported only when used: diagnosing a log never pays for the
+    web/database imports."""
+
+    lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
+            "token": "app.service_cli:token"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy and name not in self.commands:
+            module, attr = self.lazy[name].split(":")
+            import importlib
+
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_LazyGroup)
 @click.version_option(package_name="logdx")
 def cli() -> None:
     """logdx: find why an LLM training job failed, from its log."""
@@ -184,19 +203,7 @@ def rules_explain(line: str, rules_dir: str | None) -> None:
         click.echo("no rule matches")
 
 
-def _register_extensions() -> None:
-    """Mount the service commands (`serve`, `token`) when the service package is present."""
-    import importlib.util
-
-    if importlib.util.find_spec("app.service_cli") is None:
-        return
-    from app.service_cli import register
-
-    register(cli)
-
-
 def main() -> None:
-    _register_extensions()
     cli(prog_name="logdx")
 
 
