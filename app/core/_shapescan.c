@@ -8,7 +8,7 @@
  *   - the lines whose shape is not in the table (survivors) as (index, start, end) triples,
  *   - every k-th line whose value carries the EXTRACT flag (metric samples),
  *   - the last line whose value carries the PROGRESS flag.
- * The Python side (app/core/compress.py) judges new shapes with the rules and adds them.
+ * The Python side (app/core/compressor.py) judges new shapes with the rules and adds them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

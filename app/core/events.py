@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import regex
 
-from app.core.compress import CompressedLog, MetricPoint, Occurrence
+from app.core.compressed import CompressedLog, MetricPoint, Occurrence
 from app.core.types import ActionKind, Category, ErrorType, Role
 
 NAN_PRIORITY = 70

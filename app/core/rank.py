@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.compress import CompressedLog
+from app.core.compressed import CompressedLog
 from app.core.events import ErrorEvent
 from app.core.types import (
     Category, CoOccurring, ErrorType, Evidence, Role, RootCause,

@@ -1,0 +1,240 @@
+"""The compressed log: folded templates, error occurrences, metric series and statistics.
+
+Plain data shared by the compressor, the byte-range merge and the diagnosis stages; `render`
+turns it into the compact text humans and LLMs read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from app.core.fields import extract_time
+from app.core.ingest import IngestReport
+from app.core.rules import DiagnosisRule, RuleSet
+from app.core.types import CompressionStats, Progress
+
+MAX_TEMPLATES = 50_000
+MAX_SET_MEMBERS = 512
+MAX_FLAGGED = 200
+
+
+def decode_line(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    return text
+
+
+@dataclass
+class Template:
+    """One folded line shape, in order of first appearance."""
+
+    text: str
+    first_line: int
+    last_line: int
+    count: int = 1
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    flagged: bool = False  # an error rule or the error heuristic fired on it
+
+
+@dataclass
+class Occurrence:
+    """One line a diagnosis rule matched (kept for evidence, capped per rule)."""
+
+    line: int
+    text: str
+    rule: DiagnosisRule
+    groups: dict[str, str]
+    rank: int | None
+    host: str | None
+    after_chain_marker: bool = False
+
+
+@dataclass
+class MetricPoint:
+    line: int
+    step: int | None
+    values: dict[str, float]
+    text: str = ""
+
+
+@dataclass
+class CompressedLog:
+    templates: list[Template]
+    context: dict[int, str]  # line number -> raw text of context lines around errors
+    occurrences: list[Occurrence]
+    rule_counts: Counter  # diagnosis rule id -> number of matching lines (uncapped)
+    metrics: list[MetricPoint]
+    nan_points: list[MetricPoint]
+    last_progress: Progress | None
+    stats: CompressionStats
+    known_ranks: set[int]
+    known_hosts: set[str]
+    flagged_lines: list[tuple[int, str]]  # error-looking lines no rule explained (first ones)
+    rendered: str | None = None  # the compact text, rendered once the stats are final
+
+    @property
+    def text(self) -> str:
+        return self.rendered if self.rendered is not None else render(self)
+
+
+@dataclass
+class Partial:
+    """The findings of one compressor over a contiguous range of lines."""
+
+    templates: dict[str, Template]
+    context: dict[int, str]
+    occurrences: list[Occurrence]
+    rule_counts: Counter
+    metrics: list[MetricPoint]
+    nan_points: list[MetricPoint]
+    last_progress: tuple[int, str] | None
+    flagged: list[tuple[int, str]]
+    known_ranks: set[int]
+    known_hosts: set[str]
+    dropped_by_rule: Counter
+    lines_dropped: int
+    lines_in: int
+    bytes_in: int
+    lines_cut: int
+    overflow_lines: int
+
+    def shifted(self, offset: int) -> Partial:
+        """The same findings with every line number moved by `offset` (for a later byte range)."""
+        if not offset:
+            return self
+        for t in self.templates.values():
+            t.first_line += offset
+            t.last_line += offset
+        for o in self.occurrences:
+            o.line += offset
+        for p in (*self.metrics, *self.nan_points):
+            p.line += offset
+        self.context = {k + offset: v for k, v in self.context.items()}
+        self.flagged = [(ln + offset, t) for ln, t in self.flagged]
+        if self.last_progress:
+            self.last_progress = (self.last_progress[0] + offset, self.last_progress[1])
+        return self
+
+
+def merge_partials(parts: list[Partial]) -> Partial:
+    """Combine the partials of consecutive ranges, in order, into one."""
+    offset = 0
+    shifted = []
+    for part in parts:
+        lines = part.lines_in
+        shifted.append(part.shifted(offset))
+        offset += lines
+    head = shifted[0]
+    for part in shifted[1:]:
+        for key, t in part.templates.items():
+            mine = head.templates.get(key)
+            if mine is None:
+                if len(head.templates) < MAX_TEMPLATES or t.flagged:
+                    head.templates[key] = t
+                else:
+                    head.overflow_lines += t.count
+                continue
+            mine.count += t.count
+            mine.last_line = max(mine.last_line, t.last_line)
+            mine.flagged = mine.flagged or t.flagged
+            mine.ranks |= set(list(t.ranks)[: max(0, MAX_SET_MEMBERS - len(mine.ranks))])
+            mine.hosts |= set(list(t.hosts)[: max(0, MAX_SET_MEMBERS - len(mine.hosts))])
+        head.context.update(part.context)
+        head.occurrences.extend(part.occurrences)
+        head.rule_counts.update(part.rule_counts)
+        head.metrics.extend(part.metrics)
+        head.nan_points.extend(part.nan_points)
+        head.last_progress = part.last_progress or head.last_progress
+        head.flagged.extend(part.flagged[: max(0, MAX_FLAGGED - len(head.flagged))])
+        head.known_ranks |= part.known_ranks
+        head.known_hosts |= part.known_hosts
+        head.dropped_by_rule.update(part.dropped_by_rule)
+        head.lines_dropped += part.lines_dropped
+        head.lines_in += part.lines_in
+        head.bytes_in += part.bytes_in
+        head.lines_cut += part.lines_cut
+        head.overflow_lines += part.overflow_lines
+    return head
+
+
+def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> CompressedLog:
+    part.metrics.sort(key=lambda p: p.line)
+    part.nan_points.sort(key=lambda p: p.line)
+    templates = sorted(part.templates.values(), key=lambda t: t.first_line)
+    progress = None
+    if part.last_progress:
+        line_no, ptext = part.last_progress
+        point = next((p for p in reversed(part.metrics) if p.line == line_no), None)
+        step = point.step if point else _step_of(ruleset, ptext)
+        progress = Progress(step=step, line=line_no, time=extract_time(ptext), text=ptext[:500])
+    warnings = list(report.warnings)
+    if part.overflow_lines:
+        warnings.append(f"{part.overflow_lines} non-error lines beyond {MAX_TEMPLATES} templates were not kept")
+    stats = CompressionStats(
+        bytes_in=part.bytes_in, bytes_out=0, lines_in=part.lines_in,
+        lines_kept=sum(t.count for t in templates), lines_dropped=part.lines_dropped,
+        templates=len(templates), lines_cut=part.lines_cut + report.lines_cut, encoding=report.encoding,
+        dropped_by_rule=dict(part.dropped_by_rule.most_common()), warnings=warnings)
+    log = CompressedLog(
+        templates=templates, context=part.context, occurrences=part.occurrences,
+        rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
+        last_progress=progress, stats=stats, known_ranks=part.known_ranks,
+        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED])
+    out = render(log)
+    stats.bytes_out = len(out.encode("utf-8"))
+    stats.ratio = round(stats.bytes_in / stats.bytes_out, 1) if stats.bytes_out else 0.0
+    log.rendered = render(log)  # again: the header now carries the final byte counts
+    return log
+
+
+def _step_of(ruleset: RuleSet, text: str) -> int | None:
+    for rule in ruleset.filters:
+        if rule.spec.progress and "step" in rule.regex.groupindex:
+            m = rule.regex.search(text)
+            if m and m.group("step") and m.group("step").isdigit():
+                return int(m.group("step"))
+    return None
+
+
+def _fmt_set(values: Iterable, limit: int = 8) -> str:
+    vals = sorted(values)
+    if len(vals) <= limit:
+        return ",".join(map(str, vals))
+    return ",".join(map(str, vals[:limit])) + f",…(+{len(vals) - limit})"
+
+
+def render(log: CompressedLog) -> str:
+    """The compact text for humans and LLMs: templates in order, errors verbatim with context."""
+    out: list[str] = []
+    s = log.stats
+    out.append(f"# logdx compressed log: {s.lines_in} lines in, {s.lines_kept} kept in {s.templates} templates, "
+               f"{s.lines_dropped} dropped")
+    for rid, count in list(s.dropped_by_rule.items())[:12]:
+        out.append(f"#   dropped {count} × {rid}")
+    if log.last_progress:
+        out.append(f"# last progress: line {log.last_progress.line} step {log.last_progress.step}")
+    for w in s.warnings:
+        out.append(f"# warning: {w}")
+    entries: list[tuple[int, str]] = []
+    template_lines = {t.first_line for t in log.templates}
+    for t in log.templates:
+        where = f"L{t.first_line}" if t.count == 1 else f"L{t.first_line}-{t.last_line} ×{t.count}"
+        tags = ""
+        if t.count > 1 and len(t.ranks) > 1:
+            tags += f" ranks[{_fmt_set(t.ranks)}]"
+        if t.count > 1 and len(t.hosts) > 1:
+            tags += f" hosts[{_fmt_set(t.hosts)}]"
+        mark = "!" if t.flagged else " "
+        entries.append((t.first_line, f"{mark}{where}{tags}: {t.text}"))
+    for line_no, text in log.context.items():
+        if line_no not in template_lines:
+            entries.append((line_no, f"~L{line_no}: {text}"))
+    entries.sort(key=lambda e: e[0])
+    out.extend(e[1] for e in entries)
+    return "\n".join(out) + "\n"
+
+

@@ -1,0 +1,461 @@
+"""Compressor: drop metric/progress/chatter lines, fold repeats, keep every error with context.
+
+The hot path never runs a regex on most lines. A line's *shape* is the line with its digits
+deleted; shapes already judged droppable are looked up per line, either by the optional C scan
+loop (`app/core/_shapescan.c`: a hash set walked without creating Python objects) or, as a
+fallback, by C-level iterators over `bytes.translate`/`split` (`map`, `itertools.compress`,
+`Counter`). Only lines with a shape never seen before, or shapes that survive, reach Python code
+and the rules. A new shape is dropped only when a filter rule matches it AND no diagnosis rule
+does: an error line is never dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from itertools import compress
+from operator import not_
+
+import regex
+
+from app.core.compressed import (
+    MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, CompressedLog, MetricPoint, Occurrence, Partial, Template,
+    build_log, decode_line,
+)
+from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, fold_key
+from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
+from app.core.matcher import Hit, MultiMatcher
+from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
+
+try:  # the optional C scan loop (setup.py builds it; pure Python is the fallback)
+    from app.core._shapescan import ShapeTable
+except ImportError:  # pragma: no cover - depends on the build
+    ShapeTable = None
+
+CONTEXT_BEFORE = 2
+CONTEXT_AFTER = 2
+MAX_SHAPE_CACHE = 200_000
+MAX_OCCURRENCES_PER_RULE = 2_000
+METRIC_SAMPLES_PER_CHUNK = 64
+CUT_SLACK = 64
+TAIL_BYTES = 64 * 1024  # split this much of a pure-metric chunk's end
+
+_ERROR_HINT = regex.compile(
+    r"Traceback \(most recent call last\)|Error\b|Exception\b|\berror\b|\bERROR\b|\bFATAL\b|\bfatal\b|"
+    r"\bfailed\b|\bFAILED\b|\bKilled\b|\bkilled\b|\bWARN\b|[Ss]egmentation fault|core dumped|\babort|"
+    r"timed out|[Tt]imeout|\bnan\b|\bNaN\b|\binf\b|CANCELLED|[Pp]anic|Errno")
+_CHAIN_RE = regex.compile(
+    r"During handling of the above exception, another exception occurred|"
+    r"The above exception was the direct cause of the following exception")
+_BINARY_RE = regex.compile(r"[\x00-\x08\x0e-\x1f\ufffd]")
+
+
+def _float(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value.strip().rstrip(","))
+    except ValueError:
+        low = value.strip().lower()
+        if "nan" in low:
+            return math.nan
+        if "inf" in low:
+            return math.inf
+        return None
+
+
+class _ChunkView:
+    """`lines[j]` of a chunk without splitting it: spans are known for surviving lines and are
+    walked from there to the neighbouring lines that context needs."""
+
+    def __init__(self, chunk: bytes, n: int, spans: dict[int, tuple[int, int]]) -> None:
+        self._chunk = chunk
+        self._n = n
+        self._spans = spans
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, j: int) -> bytes:
+        if j < 0:
+            j += self._n
+        a, b = self._span(j)
+        return self._chunk[a:b]
+
+    def _span(self, j: int) -> tuple[int, int]:
+        span = self._spans.get(j)
+        if span is not None:
+            return span
+        c, spans = self._chunk, self._spans
+        if j == 0:
+            end = c.find(b"\n")
+            span = (0, len(c) if end < 0 else end)
+        elif j == self._n - 1:
+            end = len(c) - 1 if c.endswith(b"\n") else len(c)
+            span = (c.rfind(b"\n", 0, end) + 1, end)
+        else:
+            # walk from the nearest known line (context asks for neighbours of survivors)
+            after = next((k for k in range(j + 1, min(j + 5, self._n)) if k in spans or k == self._n - 1), None)
+            if after is not None:
+                start = self._span(after)[0]
+                for _ in range(after - j):
+                    end = start - 1
+                    start = c.rfind(b"\n", 0, end) + 1
+                span = (start, end)
+            else:
+                before = next((k for k in range(j - 1, max(j - 5, -1), -1) if k in spans or k == 0), 0)
+                end = self._span(before)[1] if before in spans or before == 0 else -1
+                for _ in range(j - before):
+                    start = end + 1
+                    end = c.find(b"\n", start)
+                    end = len(c) if end < 0 else end
+                span = (start, end)
+        spans[j] = span
+        return span
+
+
+class Compressor:
+    """Streaming compressor; feed chunks with `feed`, then call `finish`."""
+
+    def __init__(self, ruleset: RuleSet, *, line_cap: int = LINE_CAP, use_c: bool = True) -> None:
+        self.ruleset = ruleset
+        self.filters = MultiMatcher[FilterRule](ruleset.filters)
+        self.diag = MultiMatcher[DiagnosisRule](ruleset.diagnosis)
+        self.line_cap = line_cap
+        self._drop: dict[bytes, int] = {}  # shape -> filter rule index
+        self._keep: set[bytes] = set()  # shapes judged not droppable
+        self._str_drop: dict[str, int] = {}  # the same for \r segments (str shapes)
+        self._extract: dict[bytes, int] = {}  # droppable shapes whose rule extracts metrics
+        self._progress_shapes: set[bytes] = set()
+        self._dropped_shapes: Counter = Counter()
+        self._str_dropped: Counter = Counter()
+        self._c_dropped: Counter = Counter()  # rule index -> drops counted in Python on the C path
+        self._templates: dict[str, Template] = {}
+        self._context: dict[int, str] = {}
+        self._occ: list[Occurrence] = []
+        self._occ_per_rule: Counter = Counter()
+        self.rule_counts: Counter = Counter()
+        self._metrics: list[MetricPoint] = []
+        self._nan: list[MetricPoint] = []
+        self._last_progress: tuple[int, bytes] | None = None
+        self._flagged: list[tuple[int, str]] = []
+        self._known_ranks: set[int] = set()
+        self._known_hosts: set[str] = set()
+        self._chain_pending: set[int | None] = set()
+        self._tail: list[bytes] = []  # last lines of the previous chunk (context before)
+        self._after = 0  # context lines still owed after the last error
+        self._extracted: set[int] = set()  # line numbers already extracted in this chunk
+        # the C scan loop when it is built (see app/core/_shapescan.c); same results either way
+        self._table = ShapeTable(max(1, len(ruleset.filters))) if (use_c and ShapeTable is not None) else None
+        self._sample_every = 1
+        self.lines_in = 0
+        self.bytes_in = 0
+        self.lines_cut = 0
+        self.overflow_lines = 0
+
+    # ---- hot path -------------------------------------------------------------------------
+    def feed(self, chunk: bytes) -> None:
+        self.bytes_in += len(chunk)
+        if self._table is not None:
+            self._feed_c(chunk)
+            return
+        shapes = chunk.translate(None, DIGITS).split(b"\n")
+        if not shapes[-1]:
+            shapes.pop()
+        n = len(shapes)
+        base = self.lines_in + 1  # 1-based line number of the chunk's first line
+        self.lines_in += n
+        self._extracted.clear()
+        drop = self._drop
+        dropped = list(map(drop.__contains__, shapes))
+        self._dropped_shapes.update(compress(shapes, dropped))
+        survivors = list(compress(range(n), map(not_, dropped)))
+        # The original lines are split only when a line survives or context is owed; a chunk of
+        # pure metrics only splits its tail (for metric samples, progress and context).
+        if survivors or self._after:
+            lines = chunk.split(b"\n")[:n]
+            first = 0
+        else:
+            cut = chunk.rfind(b"\n", 0, max(0, len(chunk) - TAIL_BYTES - 1))
+            lines = chunk[cut + 1:].split(b"\n")[: n if cut < 0 else None]
+            if len(lines) > n or (lines and not lines[-1] and chunk.endswith(b"\n")):
+                lines = lines[:-1] if not lines[-1] else lines
+            first = n - len(lines)
+        if self._after:
+            self._owe_context(lines, base)
+        for i in survivors:
+            self._survivor(lines, shapes, i, base)
+        if self._extract:
+            self._sample_metrics(lines, shapes, base, first)
+        if self._progress_shapes:
+            for i in range(n - 1, first - 1, -1):
+                if shapes[i] in self._progress_shapes:
+                    self._last_progress = (base + i, lines[i - first])
+                    break
+        self._tail = lines[-CONTEXT_BEFORE:]
+
+    def _feed_c(self, chunk: bytes) -> None:
+        """The same as the pure-Python path, with the per-line loop in C (`ShapeTable.scan`)."""
+        table = self._table
+        n, survivors, samples, progress, n_extract = table.scan(chunk, self._sample_every)
+        base = self.lines_in + 1
+        self.lines_in += n
+        self._extracted.clear()
+        view = _ChunkView(chunk, n, {i: (a, b) for i, a, b in survivors})
+        if self._after:
+            self._owe_context(view, base)
+        rules = self.ruleset.filters
+        last_progress = progress[0] if progress is not None else -1
+        late: list[tuple[int, bytes, int]] = []  # metric lines of shapes first judged in this chunk
+        for i, a, b in survivors:
+            raw = chunk[a:b]
+            if table.has(raw):
+                idx = self._c_rule_of(raw)
+                self._c_dropped[idx] += 1
+                spec = rules[idx].spec
+                if spec.progress and i > last_progress:
+                    last_progress = i
+                    self._last_progress = (base + i, raw)
+                if spec.extract:
+                    late.append((i, raw, idx))
+                continue
+            self._survivor(view, None, i, base, raw=raw)
+        points = [(i, chunk[a:b], None) for i, a, b in samples] + late
+        if len(points) > 2 * METRIC_SAMPLES_PER_CHUNK:  # the C stride is a guess from the last chunk
+            points.sort(key=lambda p: p[0])
+            points = points[:: len(points) // METRIC_SAMPLES_PER_CHUNK] + points[-1:]
+        for i, raw, idx in points:
+            rule = rules[self._c_rule_of(raw) if idx is None else idx]
+            self._extract_point(rule, decode_line(raw), base + i)
+        if progress is not None and progress[0] >= last_progress:
+            i, a, b = progress
+            self._last_progress = (base + i, chunk[a:b])
+        self._sample_every = max(1, -(-(n_extract + len(late)) // METRIC_SAMPLES_PER_CHUNK))
+        self._tail = [view[j] for j in range(max(0, n - CONTEXT_BEFORE), n)]
+
+    def _c_rule_of(self, raw: bytes) -> int:
+        """The filter rule index a droppable shape was judged with (cached per shape)."""
+        shape = raw.translate(None, DIGITS)
+        idx = self._drop.get(shape)
+        if idx is None:
+            idx = self.filters.first(decode_line(raw))
+            idx = 0 if idx is None else idx
+            if len(self._drop) < MAX_SHAPE_CACHE:
+                self._drop[shape] = idx
+        return idx
+
+    # ---- per surviving line ---------------------------------------------------------------
+    def _survivor(self, lines, shapes: list[bytes] | None, i: int, base: int, *, raw: bytes | None = None) -> None:
+        if shapes is None:  # C path: only surviving lines get a Python shape
+            shape = raw.translate(None, DIGITS)
+        else:
+            raw, shape = lines[i], shapes[i]
+            if shape in self._drop:  # judged earlier in this same chunk
+                self._dropped_shapes[shape] += 1
+                return
+        line_no = base + i
+        if len(raw) > self.line_cap + CUT_SLACK:  # (ingest already cut lines spanning chunks)
+            raw = raw[: self.line_cap] + CUT_MARK % self.line_cap
+            self.lines_cut += 1
+        text = decode_line(raw)
+        if "\r" in text:
+            segments = [s for s in text.split("\r") if s.strip()]
+            for seg in segments:
+                if not self._drop_segment(seg, line_no):
+                    self._keep_line(seg, line_no, lines, i, base)
+            return
+        if shape not in self._keep and len(shape) <= self.line_cap:
+            idx = self._judge(text)
+            if idx is not None:
+                self._remember_drop(shape, idx, text, line_no, raw)
+                if self._table is not None:
+                    self._c_dropped[idx] += 1
+                else:
+                    self._dropped_shapes[shape] += 1
+                return
+            if len(self._keep) < MAX_SHAPE_CACHE:
+                self._keep.add(shape)
+        self._keep_line(text, line_no, lines, i, base)
+
+    def _judge(self, text: str) -> int | None:
+        """Index of the filter rule that drops this line, or None (never drop an error)."""
+        idx = self.filters.first(text)
+        if idx is None or self.diag.any(text):
+            return None
+        return idx
+
+    def _remember_drop(self, shape: bytes, idx: int, text: str, line_no: int, raw: bytes) -> None:
+        rule = self.ruleset.filters[idx]
+        self._drop[shape] = idx
+        if self._table is not None:
+            self._table.add(raw, idx, rule.spec.extract, rule.spec.progress)
+        if rule.spec.extract:
+            self._extract[shape] = idx
+            self._extract_point(rule, text, line_no)
+        if rule.spec.progress:
+            self._progress_shapes.add(shape)
+            self._last_progress = (line_no, text.encode())
+
+    def _drop_segment(self, seg: str, line_no: int) -> bool:
+        shape = seg.translate(SHAPE_DELETE_STR)
+        idx = self._str_drop.get(shape)
+        if idx is None:
+            idx = self._judge(seg)
+            if idx is None:
+                return False
+            if len(self._str_drop) < MAX_SHAPE_CACHE:
+                self._str_drop[shape] = idx
+            rule = self.ruleset.filters[idx]
+            if rule.spec.extract:
+                self._extract_point(rule, seg, line_no)
+        rule = self.ruleset.filters[idx]
+        if rule.spec.progress:
+            self._last_progress = (line_no, seg.encode())
+        self._str_dropped[idx] += 1
+        return True
+
+    def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int) -> None:
+        rank = extract_rank(text)
+        host = extract_host(text)
+        if rank is not None:
+            self._known_ranks.add(rank)
+        if host is not None:
+            self._known_hosts.add(host)
+        hits = self.diag.hits(text)
+        flagged = bool(hits)
+        if hits:
+            self._record(hits, text, line_no, rank, host)
+        elif _CHAIN_RE.search(text):
+            self._chain_pending.add(rank)
+        elif _ERROR_HINT.search(text):
+            flagged = True
+            if len(self._flagged) < MAX_FLAGGED:
+                self._flagged.append((line_no, text))
+        if _BINARY_RE.search(text) and len(_BINARY_RE.findall(text)) * 4 > len(text):
+            key = "<binary data>"
+            text = "<binary data>"
+        else:
+            key = fold_key(text)
+        tpl = self._templates.get(key)
+        if tpl is None:
+            if len(self._templates) >= MAX_TEMPLATES and not flagged:
+                self.overflow_lines += 1
+                return
+            tpl = Template(text=text, first_line=line_no, last_line=line_no)
+            self._templates[key] = tpl
+        else:
+            tpl.count += 1
+            tpl.last_line = line_no
+        tpl.flagged = tpl.flagged or flagged
+        if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
+            tpl.ranks.add(rank)
+        if host is not None and len(tpl.hosts) < MAX_SET_MEMBERS:
+            tpl.hosts.add(host)
+        if flagged and tpl.count == 1:
+            self._add_context(lines, i, base)
+
+    def _record(self, hits: list[Hit[DiagnosisRule]], text: str, line_no: int,
+                rank: int | None, host: str | None) -> None:
+        best = max(hits, key=lambda h: h.rule.priority)
+        groups = best.groups
+        if "rank" in groups and groups["rank"].isdigit():
+            rank = int(groups["rank"])
+        host = groups.get("host") or host
+        chained = False
+        if rank in self._chain_pending and best.rule.spec.role.value == "cause":
+            chained = True
+            self._chain_pending.discard(rank)
+        self.rule_counts[best.rule.id] += 1
+        if self._occ_per_rule[best.rule.id] < MAX_OCCURRENCES_PER_RULE:
+            self._occ_per_rule[best.rule.id] += 1
+            self._occ.append(Occurrence(line_no, text, best.rule, groups, rank, host, chained))
+
+    def _add_context(self, lines: list[bytes], i: int, base: int) -> None:
+        if len(self._context) > 20_000:
+            return
+        for j in range(i - CONTEXT_BEFORE, i):
+            if j >= 0:
+                self._context.setdefault(base + j, decode_line(lines[j][: self.line_cap]))
+            elif -j <= len(self._tail):
+                self._context.setdefault(base + j, decode_line(self._tail[j][: self.line_cap]))
+        for j in range(i + 1, min(i + 1 + CONTEXT_AFTER, len(lines))):
+            self._context.setdefault(base + j, decode_line(lines[j][: self.line_cap]))
+        self._after = max(0, i + 1 + CONTEXT_AFTER - len(lines))
+
+    def _owe_context(self, lines: list[bytes], base: int) -> None:
+        for j in range(min(self._after, len(lines))):
+            self._context.setdefault(base + j, decode_line(lines[j][: self.line_cap]))
+        self._after = 0
+
+    # ---- metrics --------------------------------------------------------------------------
+    def _extract_point(self, rule: FilterRule, text: str, line_no: int) -> None:
+        if line_no in self._extracted:  # a new shape's first line may be sampled again
+            return
+        self._extracted.add(line_no)
+        try:
+            m = rule.regex.search(text, timeout=MATCH_TIMEOUT_S)
+        except TimeoutError:
+            return
+        if not m:
+            return
+        groups = m.groupdict()
+        values = {}
+        for name in ("loss", "grad_norm", "loss_scale", "lr", "throughput"):
+            v = _float(groups.get(name))
+            if v is not None:
+                values[name] = v
+        step_raw = groups.get("step")
+        step = int(step_raw) if step_raw and step_raw.isdigit() else None
+        point = MetricPoint(line_no, step, values, text[:500])
+        if any(math.isnan(v) or math.isinf(v) for k, v in values.items() if k in ("loss", "grad_norm")):
+            if len(self._nan) < 100:
+                self._nan.append(point)
+            return
+        if values:
+            self._metrics.append(point)
+
+    def _sample_metrics(self, lines: list[bytes], shapes: list[bytes], base: int, first: int) -> None:
+        """Extract metrics from up to METRIC_SAMPLES_PER_CHUNK evenly spaced lines of `lines`
+        (which holds shapes[first:]); NaN/inf values are caught exactly by their own shape."""
+        extract = self._extract
+        idx = list(compress(range(first, len(shapes)), map(extract.__contains__, shapes[first:] if first else shapes)))
+        if not idx:
+            return
+        step = max(1, len(idx) // METRIC_SAMPLES_PER_CHUNK)
+        picked = idx[::step]
+        if picked[-1] != idx[-1]:
+            picked.append(idx[-1])
+        rules = self.ruleset.filters
+        for i in picked:
+            self._extract_point(rules[extract[shapes[i]]], decode_line(lines[i - first]), base + i)
+
+    # ---- result ---------------------------------------------------------------------------
+    def partial(self) -> Partial:
+        """Everything this compressor found, as plain picklable data (line numbers local)."""
+        dropped_by_rule: Counter = Counter()
+        for shape, count in self._dropped_shapes.items():
+            dropped_by_rule[self.ruleset.filters[self._drop[shape]].id] += count
+        for idx, count in self._str_dropped.items():
+            dropped_by_rule[self.ruleset.filters[idx].id] += count
+        lines_dropped = sum(self._dropped_shapes.values())
+        if self._table is not None:
+            c_counts = Counter(dict(enumerate(self._table.counts()))) + self._c_dropped
+            for idx, count in c_counts.items():
+                if count:
+                    dropped_by_rule[self.ruleset.filters[idx].id] += count
+            lines_dropped += sum(c_counts.values())
+        progress = None
+        if self._last_progress:
+            progress = (self._last_progress[0], decode_line(self._last_progress[1]))
+        return Partial(
+            templates=self._templates, context=self._context, occurrences=self._occ,
+            rule_counts=self.rule_counts, metrics=self._metrics, nan_points=self._nan,
+            last_progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
+            known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
+            lines_dropped=lines_dropped, lines_in=self.lines_in,
+            bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines)
+
+    def finish(self, report: IngestReport) -> CompressedLog:
+        return build_log(self.partial(), self.ruleset, report)
+
+
