@@ -59,6 +59,35 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = Field(
         default=None, description="API key for the OpenAI-compatible server; never logged or echoed."
     )
+    llm_timeout_s: float = Field(
+        default=30.0, gt=0, le=600,
+        description="Seconds one LLM request may take before it counts as failed (openai backend).",
+    )
+    llm_max_retries: int = Field(
+        default=2, ge=0, le=10,
+        description="Extra attempts after a retryable LLM failure (429, 5xx, timeout, dropped "
+        "connection), with exponential backoff that honours Retry-After.",
+    )
+    llm_concurrency: int = Field(
+        default=4, ge=1, le=256,
+        description="Concurrent LLM requests per worker process (a semaphore around the backend).",
+    )
+    llm_mask: bool | None = Field(
+        default=None,
+        description="Redact hosts, IPs, users, paths and secrets before a prompt leaves the process "
+        "(restored in answers, secrets never). Unset: on for hosted backends (openai), off for "
+        "local ones (transformers).",
+    )
+    llm_cache_dir: Path | None = Field(
+        default=None,
+        description="Where the transformers backend keeps local model weights (the de-quantized "
+        "packaged model). Unset: $XDG_CACHE_HOME/logdx/models, else ~/.cache/logdx/models.",
+    )
+    llm_trigger_below: float = Field(
+        default=0.6, ge=0.0, le=1.0,
+        description="Ranking confidence under which the LLM agent is consulted (it is also consulted "
+        "when nothing matched, error type Unknown); 0 consults it for Unknown only.",
+    )
     max_upload_bytes: int = Field(
         default=2 * 1024**3, gt=0,
         description="Largest raw (possibly compressed) log accepted per upload or chunked log; "
@@ -88,7 +117,9 @@ class Settings(BaseSettings):
         default=True, description="Upgrade the database to the newest Alembic revision at start-up."
     )
     rules_dir: Path | None = Field(
-        default=None, description="Directory of rule files; unset: the rules/ shipped with logdx."
+        default=None,
+        description="Directory of rule files; unset: the rules/ shipped with logdx. Approved "
+        "proposed rules are appended to <rules_dir>/<family>.yaml, so it must be writable to approve.",
     )
     upload_chunk_bytes: int = Field(
         default=1024**2, ge=4096,
@@ -98,7 +129,17 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _expand(self) -> "Settings":
         self.data_dir = self.data_dir.expanduser()
+        if self.rules_dir is not None:
+            self.rules_dir = self.rules_dir.expanduser()
+        if self.llm_cache_dir is not None:
+            self.llm_cache_dir = self.llm_cache_dir.expanduser()
         return self
+
+    @property
+    def effective_rules_dir(self) -> Path:
+        from app.core.rules import DEFAULT_RULES_DIR
+
+        return self.rules_dir or DEFAULT_RULES_DIR
 
     @property
     def effective_database_url(self) -> str:

@@ -21,15 +21,18 @@ from app.api.metrics import Metrics, MetricsMiddleware
 from app.core.pipeline import Pipeline
 from app.db.engine import Database
 from app.db.migrate import upgrade_to_head
-from app.diagnoses.executor import PipelineExecutor, build_pipeline
+from app.diagnoses.executor import PipelineExecutor, build_pipeline, build_refiner
 from app.diagnoses.router import router as diagnoses_router
 from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
 from app.jobs.router import router as jobs_router
+from app.labels.case_store import LabelCaseRecorder
 from app.labels.router import router as labels_router
+from app.llm.factory import LazyEmbedder
+from app.llm.retrieval import Embedder
 from app.logs.router import router as logs_router
 from app.logs.storage import BlobStore
 from app.rules_review.router import router as rules_router
-from app.settings import Settings
+from app.settings import DiagnosisExecutor, Settings
 from app.stats.router import router as stats_router
 
 log = logging.getLogger("logdx.api")
@@ -38,21 +41,29 @@ PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/
                           "/docs/oauth2-redirect", "/redoc"})
 
 
-def build_services(settings: Settings, *, pipeline: Pipeline | None = None) -> Services:
+def build_services(settings: Settings, *, pipeline: Pipeline | None = None,
+                   embedder: Embedder | None = None) -> Services:
+    """`embedder` replaces the lazily loaded MiniLM (tests); it serves labels and, in thread
+    mode, the LLM agent's retrieval (process workers load their own)."""
     settings.ensure_dirs()
     pipeline = pipeline or build_pipeline(settings)
     db = Database(settings.effective_database_url)
     store = BlobStore(settings)
     metrics = Metrics()
-    executor = PipelineExecutor(settings, pipeline)
+    embedder = embedder or LazyEmbedder()
+    refiner = (build_refiner(settings, db=db, embedder=embedder)
+               if settings.diagnosis_executor is DiagnosisExecutor.THREAD else None)
+    executor = PipelineExecutor(settings, pipeline, refiner=refiner)
     worker = DiagnosisWorker(db=db, store=store, executor=executor, metrics=metrics)
     if settings.is_postgres:
         queue = ProcrastinateQueue(worker=worker, db=db, enabled=settings.run_worker,
                                    concurrency=settings.diagnosis_workers)
     else:
         queue = LocalQueue(worker=worker, db=db, enabled=settings.run_worker)
-    return Services(settings=settings, db=db, store=store, pipeline=pipeline, executor=executor,
-                    worker=worker, queue=queue, metrics=metrics)
+    services = Services(settings=settings, db=db, store=store, pipeline=pipeline, executor=executor,
+                        worker=worker, queue=queue, metrics=metrics)
+    services.cases = LabelCaseRecorder(db, embedder, lambda: services.pipeline.ruleset.policies)
+    return services
 
 
 def prepare_database(services: Services) -> None:
@@ -63,9 +74,10 @@ def prepare_database(services: Services) -> None:
         log.info("removed %d spool files of interrupted uploads", removed)
 
 
-def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = None,
+               embedder: Embedder | None = None) -> FastAPI:
     settings = settings or Settings()
-    services = build_services(settings, pipeline=pipeline)
+    services = build_services(settings, pipeline=pipeline, embedder=embedder)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

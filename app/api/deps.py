@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Annotated, TypeVar
 
 import anyio
@@ -18,10 +19,12 @@ from app.api.metrics import Metrics
 from app.auth.models import TokenRole
 from app.auth.service import Principal, authenticate
 from app.core.pipeline import Pipeline
+from app.core.rules import RuleSet
 from app.db.engine import Database
 from app.diagnoses.executor import PipelineExecutor
 from app.diagnoses.worker import DiagnosisQueue, DiagnosisWorker
 from app.errors import Forbidden, Unauthorized
+from app.labels.case_store import LabelCaseRecorder
 from app.logs.storage import BlobStore
 from app.settings import Settings
 
@@ -38,7 +41,19 @@ class Services:
     worker: DiagnosisWorker
     queue: DiagnosisQueue
     metrics: Metrics
+    cases: LabelCaseRecorder | None = None
     _job_locks: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary)
+
+    @property
+    def rules_lock_path(self) -> Path:
+        return self.settings.data_dir / "rules.lock"
+
+    def activate_rules(self, ruleset: RuleSet | None) -> None:
+        """Diagnose with `ruleset` from now on (after an approved rule was written)."""
+        if ruleset is None or ruleset.version == self.pipeline.ruleset.version:
+            return
+        self.pipeline = Pipeline(ruleset=ruleset)
+        self.executor.replace_pipeline(self.pipeline)
 
     def job_lock(self, job_id: int) -> asyncio.Lock:
         """Serialises chunk appends per job within this process."""

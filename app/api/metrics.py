@@ -26,8 +26,10 @@ class Metrics:
                                       registry=r)
         self.rule_hits = Counter("logdx_rule_hits", "Diagnosis rules named in finished diagnoses",
                                  ["rule_id", "error_type"], registry=r)
-        self.llm_calls = Counter("logdx_llm_calls", "Diagnoses decided with the LLM",
-                                 ["model", "outcome"], registry=r)
+        self.llm_calls = Counter("logdx_llm_calls", "Diagnoses the LLM agent reviewed, by outcome "
+                                 "(accepted, rejected, error)", ["model", "outcome"], registry=r)
+        self.llm_tokens = Counter("logdx_llm_tokens", "LLM tokens spent on diagnoses",
+                                  ["model", "direction"], registry=r)
 
     def observe_diagnosis(self, diagnosis: dict[str, Any], *, mode: str) -> None:
         self.diagnoses.labels(mode=mode, outcome="ok").inc()
@@ -37,9 +39,16 @@ class Metrics:
         for co in diagnosis.get("co_occurring") or []:
             if co.get("rule_id"):
                 self.rule_hits.labels(rule_id=co["rule_id"], error_type=co.get("error_type", "")).inc()
-        if diagnosis.get("decided_by") == "llm":
-            model = (diagnosis.get("versions") or {}).get("model") or "unknown"
-            self.llm_calls.labels(model=model, outcome="ok").inc()
+
+    def observe_llm(self, llm: dict[str, Any] | None) -> None:
+        """Account one LLM review (`output["llm"]` of a diagnosis), if the agent was consulted."""
+        if not llm:
+            return
+        model = llm.get("model") or "unknown"
+        outcome = "accepted" if llm.get("accepted") else ("rejected" if llm.get("verdict") else "error")
+        self.llm_calls.labels(model=model, outcome=outcome).inc()
+        self.llm_tokens.labels(model=model, direction="in").inc(llm.get("tokens_in") or 0)
+        self.llm_tokens.labels(model=model, direction="out").inc(llm.get("tokens_out") or 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -5,9 +5,9 @@ from app.auth.models import ApiToken
 from app.db.base import Base
 from app.diagnoses.models import DiagnosisRow
 from app.jobs.models import Attempt, Job, JobHost
-from app.labels.models import Label
+from app.labels.models import Label, LabelledCaseRow
 from app.logs.models import CompressedLog, JobLog, LogBlob
 from app.rules_review.models import ProposedRule
 
 __all__ = ["ApiToken", "Attempt", "Base", "CompressedLog", "ControllerAction", "DiagnosisRow",
-           "Job", "JobHost", "JobLog", "Label", "LogBlob", "ProposedRule"]
+           "Job", "JobHost", "JobLog", "Label", "LabelledCaseRow", "LogBlob", "ProposedRule"]

@@ -7,12 +7,15 @@ import asyncio
 import multiprocessing
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from app.core.ingest import InputError
 from app.core.pipeline import Pipeline
+from app.diagnoses.refine import LLMRefiner
+from app.llm.retrieval import failure_signature
 from app.logs.storage import BoundedReader
 from app.settings import DiagnosisExecutor, Settings
 
@@ -22,8 +25,16 @@ def build_pipeline(settings: Settings) -> Pipeline:
     return Pipeline(rules_dir=settings.rules_dir)
 
 
-def run_pipeline(pipeline: Pipeline, path: str, limit: int | None) -> dict[str, Any]:
-    """Diagnose the first `limit` bytes of `path`. Returns plain data (it crosses processes)."""
+def build_refiner(settings: Settings, **kwargs: Any) -> LLMRefiner | None:
+    """The LLM step that follows the pipeline (None for the `none` backend). One per worker
+    process; its backend and agent are built lazily, on the first unsure diagnosis."""
+    return LLMRefiner.for_settings(settings, **kwargs)
+
+
+def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMRefiner | None = None, *,
+                 diagnosis_id: int | None = None, propose_rules: bool = True) -> dict[str, Any]:
+    """Diagnose the first `limit` bytes of `path`, then let the LLM review it when the rules are
+    unsure. Returns plain data (it crosses processes)."""
     try:
         raw = open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
@@ -34,26 +45,46 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None) -> dict[str, 
             result = pipeline.diagnose(source)
         except InputError as exc:
             return {"input_error": str(exc)}
-    return {"diagnosis": result.diagnosis.to_json_dict(), "compressed_text": result.compressed.text}
+    output: dict[str, Any] = {"diagnosis": result.diagnosis.to_json_dict(),
+                              "compressed_text": result.compressed.text,
+                              "signature": failure_signature(result)}
+    if refiner is not None:
+        diagnosis, llm = refiner.review(result, pipeline=pipeline, diagnosis_id=diagnosis_id,
+                                        propose_rules=propose_rules)
+        output["diagnosis"] = diagnosis.to_json_dict()
+        if llm is not None:
+            output["llm"] = llm
+    return output
 
 
-_WORKER_PIPELINE: Pipeline | None = None
+@dataclass
+class _WorkerState:
+    """What one spawned pool process holds: its pipeline and its (lazy) LLM step."""
+
+    pipeline: Pipeline
+    refiner: LLMRefiner | None
+
+
+_WORKER: _WorkerState | None = None
 
 
 def _init_worker(settings: Settings) -> None:
-    global _WORKER_PIPELINE
-    _WORKER_PIPELINE = build_pipeline(settings)
+    global _WORKER
+    _WORKER = _WorkerState(build_pipeline(settings), build_refiner(settings))
 
 
-def _run_in_worker(path: str, limit: int | None) -> dict[str, Any]:
-    assert _WORKER_PIPELINE is not None, "worker initializer did not run"
-    return run_pipeline(_WORKER_PIPELINE, path, limit)
+def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool) -> dict[str, Any]:
+    assert _WORKER is not None, "worker initializer did not run"
+    return run_pipeline(_WORKER.pipeline, path, limit, _WORKER.refiner, diagnosis_id=diagnosis_id,
+                        propose_rules=propose_rules)
 
 
 class PipelineExecutor:
-    def __init__(self, settings: Settings, pipeline: Pipeline) -> None:
+    def __init__(self, settings: Settings, pipeline: Pipeline, *, refiner: LLMRefiner | None = None) -> None:
         self.settings = settings
         self.pipeline = pipeline
+        # thread mode: the one LLM step of this process; process mode: each worker builds its own
+        self.refiner = refiner
         self._pool: Executor | None = None
 
     def _get_pool(self) -> Executor:
@@ -67,13 +98,24 @@ class PipelineExecutor:
                 self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="logdx-diagnose")
         return self._pool
 
-    async def run(self, path: Path, limit: int | None, *, retries: int = 1) -> dict[str, Any]:
+    def replace_pipeline(self, pipeline: Pipeline) -> None:
+        """Diagnose with `pipeline` from now on (new rules). Process pools are replaced: their
+        workers load the rules at start; running diagnoses finish on the old ones."""
+        self.pipeline = pipeline
+        pool = self._pool
+        if isinstance(pool, ProcessPoolExecutor):
+            self._pool = None
+            pool.shutdown(wait=False, cancel_futures=False)
+
+    async def run(self, path: Path, limit: int | None, *, diagnosis_id: int | None = None,
+                  propose_rules: bool = True, retries: int = 1) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         pool = self._get_pool()
         if isinstance(pool, ProcessPoolExecutor):
-            call = partial(_run_in_worker, str(path), limit)
+            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules)
         else:
-            call = partial(run_pipeline, self.pipeline, str(path), limit)
+            call = partial(run_pipeline, self.pipeline, str(path), limit, self.refiner,
+                           diagnosis_id=diagnosis_id, propose_rules=propose_rules)
         try:
             return await loop.run_in_executor(pool, call)
         except BrokenProcessPool:
@@ -84,7 +126,12 @@ class PipelineExecutor:
                 pool.shutdown(wait=False, cancel_futures=True)
             if retries <= 0:
                 raise
-            return await self.run(path, limit, retries=retries - 1)
+        except RuntimeError:
+            if self._pool is pool or retries <= 0:
+                raise
+            # the pool was replaced (new rules) between picking it and submitting: use the new one
+        return await self.run(path, limit, diagnosis_id=diagnosis_id, propose_rules=propose_rules,
+                              retries=retries - 1)
 
     def shutdown(self) -> None:
         if self._pool is not None:

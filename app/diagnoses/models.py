@@ -39,5 +39,13 @@ class DiagnosisRow(CreatedAtMixin, Base):
     prompt_version: Mapped[str | None] = mapped_column(String(64))
     model_version: Mapped[str | None] = mapped_column(String(128))
     compressed_log_id: Mapped[int | None] = mapped_column(ForeignKey("compressed_logs.id"))
+    # the normalised failure signature (app.llm.retrieval.failure_signature): what a label embeds
+    failure_signature: Mapped[str | None] = mapped_column(Text)
+    # what the LLM agent answered (accepted or not); null when it was not consulted
+    llm_verdict: Mapped[dict | None] = mapped_column(JSON)
+    llm_calls: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    tokens_in: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    tokens_out: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    llm_latency_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -78,10 +78,11 @@ async def diagnose_once(request: Request, services: ServicesDep, _: Scheduler) -
         services.metrics.ingested_bytes.labels(kind="one_shot").inc(spooled.check.size)
         if spooled.check.error:
             raise InvalidInput(f"the log cannot be decoded: {spooled.check.error}", code="corrupt_log")
-        output = await services.executor.run(spooled.path, None)
+        output = await services.executor.run(spooled.path, None, propose_rules=False)  # nothing stored
     finally:
         await anyio.to_thread.run_sync(lambda: spooled.path.unlink(missing_ok=True))
     if "input_error" in output:
         raise InvalidInput(output["input_error"], code="unreadable_log")
     services.metrics.observe_diagnosis(output["diagnosis"], mode="one_shot")
+    services.metrics.observe_llm(output.get("llm"))
     return output["diagnosis"]

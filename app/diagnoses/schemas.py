@@ -20,6 +20,19 @@ class DiagnosisAccepted(BaseModel):
     href: str = Field(description="Poll this URL until status is done or failed")
 
 
+class LLMReview(BaseModel):
+    """What the LLM agent did for this diagnosis (only when the rules were unsure)."""
+
+    verdict: dict[str, Any] | None = Field(
+        description="The agent's answer (choice, error_type, confidence, explanation, accepted, reason, "
+        "prompt, model); null when the LLM could not answer")
+    error: str | None = Field(default=None, description="Why the LLM gave no answer (the rules' result was kept)")
+    calls: int
+    tokens_in: int
+    tokens_out: int
+    latency_s: float
+
+
 class DiagnosisOut(BaseModel):
     id: int
     job_id: int
@@ -31,6 +44,8 @@ class DiagnosisOut(BaseModel):
     diagnosis: dict[str, Any] | None = Field(
         description="The diagnosis contract (schema logdx.diagnosis/v1) once status is done")
     versions: dict[str, str | None]
+    decided_by: str | None = Field(default=None, description="rules | retrieval | llm")
+    llm: LLMReview | None = Field(default=None, description="Set when the LLM agent was consulted")
     labels: list[LabelOut]
     created_at: datetime
     started_at: datetime | None

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
-from app.diagnoses.schemas import DiagnosisOut
+from app.diagnoses.schemas import DiagnosisOut, LLMReview
 from app.errors import NotFound
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job
@@ -101,6 +101,14 @@ def complete_diagnosis(*, session: Session, diagnosis_id: int, output: dict[str,
     row.prompt_version = versions.get("prompt")
     row.model_version = versions.get("model")
     row.compressed_log_id = compressed.id
+    row.failure_signature = output.get("signature")
+    llm = output.get("llm")
+    if llm:
+        row.llm_verdict = llm.get("verdict") or ({"error": llm["error"]} if llm.get("error") else None)
+        row.llm_calls = int(llm.get("calls") or 0)
+        row.tokens_in = int(llm.get("tokens_in") or 0)
+        row.tokens_out = int(llm.get("tokens_out") or 0)
+        row.llm_latency_s = float(llm.get("latency_s") or 0.0)
     row.status = DiagnosisStatus.DONE.value
     row.finished_at = utcnow()
     _set_effective_cause(session, row)
@@ -123,6 +131,15 @@ def label_out(label: Label) -> LabelOut:
                     created_by=label.created_by, created_at=label.created_at)
 
 
+def _llm_out(row: DiagnosisRow) -> LLMReview | None:
+    if row.llm_verdict is None and not row.llm_calls:
+        return None
+    verdict = row.llm_verdict if row.llm_verdict and "choice" in row.llm_verdict else None
+    error = (row.llm_verdict or {}).get("error") if verdict is None else None
+    return LLMReview(verdict=verdict, error=error, calls=row.llm_calls or 0, tokens_in=row.tokens_in or 0,
+                     tokens_out=row.tokens_out or 0, latency_s=row.llm_latency_s or 0.0)
+
+
 def to_out(*, session: Session, row: DiagnosisRow) -> DiagnosisOut:
     labels = session.scalars(select(Label).where(Label.diagnosis_id == row.id).order_by(Label.id))
     attempt = session.get(Attempt, row.attempt_id)
@@ -130,7 +147,7 @@ def to_out(*, session: Session, row: DiagnosisRow) -> DiagnosisOut:
         id=row.id, job_id=row.job_id, attempt=attempt.number, log_id=row.job_log_id,
         log_bytes=row.log_bytes, status=row.status, error=row.error, diagnosis=row.result,
         versions={"rules": row.rules_version, "prompt": row.prompt_version, "model": row.model_version},
-        labels=[label_out(lb) for lb in labels], created_at=row.created_at,
+        decided_by=row.decided_by, llm=_llm_out(row), labels=[label_out(lb) for lb in labels], created_at=row.created_at,
         started_at=row.started_at, finished_at=row.finished_at)
 
 

@@ -40,11 +40,12 @@ class DiagnosisWorker:
                 else self.store.part_path(claim.job_log_id))
         started = time.perf_counter()
         try:
-            output = await self.executor.run(path, claim.log_bytes)
+            output = await self.executor.run(path, claim.log_bytes, diagnosis_id=diagnosis_id)
         except Exception as exc:  # noqa: BLE001 - recorded on the row, never lost
             log.exception("diagnosis %s crashed", diagnosis_id)
+            error = f"internal error: {exc!r}"
             await anyio.to_thread.run_sync(lambda: self.db.run(
-                service.fail_diagnosis, diagnosis_id=diagnosis_id, error=f"internal error: {exc!r}"))
+                service.fail_diagnosis, diagnosis_id=diagnosis_id, error=error))
             self.metrics.diagnoses.labels(mode=mode, outcome="error").inc()
             return
         self.metrics.diagnosis_seconds.labels(mode=mode).observe(time.perf_counter() - started)
@@ -56,6 +57,7 @@ class DiagnosisWorker:
         await anyio.to_thread.run_sync(lambda: self.db.run(
             service.complete_diagnosis, diagnosis_id=diagnosis_id, output=output))
         self.metrics.observe_diagnosis(output["diagnosis"], mode=mode)
+        self.metrics.observe_llm(output.get("llm"))
 
 
 class DiagnosisQueue(Protocol):

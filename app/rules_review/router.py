@@ -6,6 +6,7 @@ from app.api.deps import Admin, Engineer, ServicesDep
 from app.api.openapi import ERRORS
 from app.rules_review import service
 from app.rules_review.models import ProposalStatus
+from app.rules_review.rulefiles import rules_write_lock
 from app.rules_review.schemas import ProposedRuleCreate, ProposedRuleList, ProposedRuleOut, Review, RuleSetOut
 from app.schemas_common import ObjectId
 
@@ -41,14 +42,27 @@ def get_proposed(rule_id: ObjectId, services: ServicesDep, _: Engineer) -> Propo
 
 
 def _review(services, rule_id: int, approve: bool, who, body: Review | None) -> ProposedRuleOut:  # noqa: ANN001
-    with services.db.transaction() as session:
-        row = service.review_rule(session=session, rule_id=rule_id, approve=approve, reviewer=who.name,
-                                  note=body.note if body else None)
-        return service.to_out(row)
+    note = body.note if body else None
+    if not approve:
+        with services.db.transaction() as session:
+            row, _ = service.review_rule(session=session, rule_id=rule_id, approve=False, reviewer=who.name,
+                                         note=note)
+            return service.to_out(row)
+    with rules_write_lock(services.rules_lock_path):
+        with services.db.transaction() as session:
+            row, ruleset = service.review_rule(session=session, rule_id=rule_id, approve=True, reviewer=who.name,
+                                               note=note, rules_dir=services.settings.effective_rules_dir)
+            out = service.to_out(row)
+        # committed: from now on diagnoses use the library with the new rule (its version changed)
+        services.activate_rules(ruleset)
+    return out
 
 
 @router.post("/proposed/{rule_id}/approve", response_model=ProposedRuleOut)
 def approve(rule_id: ObjectId, services: ServicesDep, who: Admin, body: Review | None = None) -> ProposedRuleOut:
+    """Approve: the rule is appended to rules/<family>.yaml (after the whole library with it
+    loaded from a temporary copy: 422 `invalid_rule` and nothing written otherwise), and the
+    running service diagnoses with the new rule set at once."""
     return _review(services, rule_id, True, who, body)
 
 

@@ -21,6 +21,8 @@ class ProposedRuleCreate(BaseModel):
                                          description="Log lines the rule must match")
     hint: Note | None = None
     source_diagnosis_id: int | None = Field(default=None, ge=1, le=2_147_483_647)
+    family: str = Field(default="proposed", pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$",
+                        description="Approval appends the rule to rules/<family>.yaml")
 
 
 class Review(BaseModel):
@@ -30,9 +32,11 @@ class Review(BaseModel):
 
 class ProposedRuleOut(BaseModel):
     id: int
+    kind: str = Field(description="diagnosis | filter")
+    family: str = Field(description="Approval appends the rule to rules/<family>.yaml")
     pattern: str
-    error_type: str
-    category: str
+    error_type: str | None = Field(description="null for filter rules")
+    category: str | None
     evidence: list[str]
     hint: str | None
     source_diagnosis_id: int | None
@@ -43,6 +47,7 @@ class ProposedRuleOut(BaseModel):
     reviewed_at: datetime | None
     review_note: str | None
     created_at: datetime
+    rule: dict[str, Any] = Field(description="The full rule, valid under the rules/ schema")
     yaml: str = Field(description="The rule as it would be written to rules/<family>.yaml")
 
 

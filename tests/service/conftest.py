@@ -5,7 +5,9 @@ set, on PostgreSQL too (marked `postgres`)."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,8 +62,17 @@ def database_url(request) -> str | None:
     return None  # default: SQLite under the data dir
 
 
+def rules_copy(dest: Path) -> Path:
+    """A private copy of the test rule library: approving a proposed rule writes into it."""
+    if not dest.exists():
+        shutil.copytree(RULES_DIR, dest)
+    return dest
+
+
 def make_settings(data_dir: Path, database_url: str | None = None, **overrides) -> Settings:
-    values = dict(data_dir=data_dir, database_url=database_url, rules_dir=RULES_DIR,
+    if "rules_dir" not in overrides:
+        overrides["rules_dir"] = rules_copy(Path(data_dir) / "rules")
+    values = dict(data_dir=data_dir, database_url=database_url,
                   diagnosis_executor="thread", diagnosis_workers=2,
                   sync_diagnose_max_bytes=64 * 1024, max_upload_bytes=4 * 1024 * 1024,
                   upload_chunk_bytes=64 * 1024)
@@ -74,9 +85,36 @@ def settings(tmp_path, database_url) -> Settings:
     return make_settings(tmp_path / "data", database_url)
 
 
+class HashEmbedder:
+    """Bag-of-words hashing into 64 dims: stands in for MiniLM (seconds to load) in service tests."""
+
+    name = "test-hash-64"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def embed(self, texts):
+        import numpy as np
+        import regex
+
+        self.calls += 1
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in regex.findall(r"\w+", text.lower()):
+                out[i, int(hashlib.sha256(word.encode()).hexdigest(), 16) % 64] += 1.0
+            norm = float(np.linalg.norm(out[i]))
+            out[i] /= norm or 1.0
+        return out
+
+
 @pytest.fixture
-def app(settings, service_pipeline):
-    return create_app(settings, pipeline=service_pipeline)
+def embedder() -> HashEmbedder:
+    return HashEmbedder()
+
+
+@pytest.fixture
+def app(settings, service_pipeline, embedder):
+    return create_app(settings, pipeline=service_pipeline, embedder=embedder)
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ from app.auth.models import TokenRole
 from app.auth.service import create_token
 from app.db.engine import Database
 from app.diagnoses.models import DiagnosisRow
-from tests.service.conftest import RULES_DIR, sample_log
+from tests.service.conftest import rules_copy, sample_log
 from tests.service.live import LiveServer
 
 
 @pytest.fixture
 def server_env(tmp_path, database_url) -> dict[str, str]:
-    env = {"LOGDX_DATA_DIR": str(tmp_path / "data"), "LOGDX_RULES_DIR": str(RULES_DIR),
+    env = {"LOGDX_DATA_DIR": str(tmp_path / "data"), "LOGDX_RULES_DIR": str(rules_copy(tmp_path / "rules")),
            "LOGDX_DIAGNOSIS_EXECUTOR": "thread", "LOGDX_UPLOAD_CHUNK_BYTES": "4096",
            "LOGDX_SYNC_DIAGNOSE_MAX_BYTES": "65536"}
     if database_url:

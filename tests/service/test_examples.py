@@ -11,14 +11,14 @@ import pytest
 from app.auth.models import TokenRole
 from app.auth.service import create_token
 from app.db.engine import Database
-from tests.service.conftest import REPO, RULES_DIR, sample_log
+from tests.service.conftest import REPO, rules_copy, sample_log
 from tests.service.live import LiveServer
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
 def test_slurm_epilog_registers_uploads_and_prints_the_diagnosis(tmp_path):
     data = tmp_path / "data"
-    server = LiveServer({"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(RULES_DIR),
+    server = LiveServer({"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(rules_copy(tmp_path / "rules")),
                          "LOGDX_DIAGNOSIS_EXECUTOR": "thread"}).start()
     try:
         db = Database(f"sqlite:///{data / 'logdx.db'}")

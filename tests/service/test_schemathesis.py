@@ -11,14 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from app.auth.models import TokenRole
 from app.auth.service import create_token
 from app.db.engine import Database
-from tests.service.conftest import DB_PARAMS, PG_URL, RULES_DIR, reset_postgres, sample_log
+from tests.service.conftest import DB_PARAMS, PG_URL, reset_postgres, rules_copy, sample_log
 from tests.service.live import LiveServer
 
 
 @pytest.fixture(scope="module", params=DB_PARAMS)
 def seeded(request, tmp_path_factory):
     data = tmp_path_factory.mktemp("fuzz")
-    env = {"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(RULES_DIR), "LOGDX_DIAGNOSIS_EXECUTOR": "thread",
+    env = {"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(rules_copy(data / "rules")), "LOGDX_DIAGNOSIS_EXECUTOR": "thread",
            "LOGDX_MAX_UPLOAD_BYTES": str(4 << 20)}
     url = f"sqlite:///{data / 'logdx.db'}"
     if request.param == "postgres":

@@ -12,7 +12,7 @@ import psutil
 from app.auth.models import TokenRole
 from app.auth.service import create_token
 from app.db.engine import Database
-from tests.service.conftest import RULES_DIR
+from tests.service.conftest import rules_copy
 from tests.service.live import LiveServer
 
 MIB = 1 << 20
@@ -20,7 +20,7 @@ MIB = 1 << 20
 
 def test_large_upload_keeps_server_memory_flat(tmp_path):
     data = tmp_path / "data"
-    server = LiveServer({"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(RULES_DIR),
+    server = LiveServer({"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(rules_copy(tmp_path / "rules")),
                          "LOGDX_DIAGNOSIS_EXECUTOR": "thread"}).start()
     try:
         db = Database(f"sqlite:///{data / 'logdx.db'}")

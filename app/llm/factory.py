@@ -1,0 +1,146 @@
+"""Builds the LLM layer from `Settings`: one backend, client and agent per process (the CLI's
+`diagnose --llm`, each diagnosis worker of the service). Nothing here is global: callers own what
+they build and pass it on. `build_agent` returns None for the `none` backend (rules only, no cost).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.llm.agent import AgentConfig, FailureAgent
+from app.llm.backends import LLMBackend, create_backend
+from app.llm.client import CallLog, LLMClient
+from app.llm.ports import CaseStore, ProposedRuleSink
+from app.llm.retrieval import Embedder, Retriever
+
+if TYPE_CHECKING:  # the LLM layer reads settings; it never imports the service
+    from app.settings import Settings
+
+log = logging.getLogger("logdx.llm")
+
+
+def backend_name(settings: Settings) -> str:
+    return str(getattr(settings.llm_backend, "value", settings.llm_backend))
+
+
+def backend_options(settings: Settings) -> dict[str, Any]:
+    """The registry options of the configured backend (see docs/LLM.md, "Backend options")."""
+    name = backend_name(settings)
+    if name == "openai":
+        opts: dict[str, Any] = {"base_url": settings.llm_base_url, "api_key": settings.llm_api_key,
+                                "timeout_s": settings.llm_timeout_s, "retries": settings.llm_max_retries,
+                                "max_concurrency": settings.llm_concurrency}
+        if settings.llm_model:
+            opts["model"] = settings.llm_model
+        return opts
+    if name == "transformers":
+        return {"model": settings.llm_model, "cache_dir": settings.llm_cache_dir}
+    return {}
+
+
+def build_backend(settings: Settings) -> LLMBackend:
+    """The configured backend; an unknown name raises `UnknownBackendError`."""
+    return create_backend(backend_name(settings), **backend_options(settings))
+
+
+class LazyEmbedder:
+    """Loads the real embedder (MiniLM: seconds, a few hundred MB) on first use, once. A load
+    failure is remembered for `retry_after_s` so that every call does not pay for it again; the
+    caller sees the error (retrieval failing is never fatal)."""
+
+    def __init__(self, factory: Callable[[], Embedder] | None = None, *, name: str = "all-MiniLM-L6-v2",
+                 retry_after_s: float = 300.0) -> None:
+        self.name = name
+        self._factory = factory or _minilm
+        self._embedder: Embedder | None = None
+        self._error: tuple[float, BaseException] | None = None
+        self._lock = threading.Lock()
+        self.retry_after_s = retry_after_s
+
+    def _get(self) -> Embedder:
+        with self._lock:
+            if self._embedder is not None:
+                return self._embedder
+            if self._error is not None and time.monotonic() - self._error[0] < self.retry_after_s:
+                raise RuntimeError(f"embedder {self.name} is unavailable: {self._error[1]!r}")
+            try:
+                self._embedder = self._factory()
+            except Exception as exc:  # noqa: BLE001 - reported to the caller, remembered
+                self._error = (time.monotonic(), exc)
+                log.warning("cannot load embedder %s: %r", self.name, exc)
+                raise RuntimeError(f"embedder {self.name} is unavailable: {exc!r}") from exc
+            self.name = self._embedder.name
+            return self._embedder
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._get().embed(texts)
+
+
+def _minilm() -> Embedder:
+    from app.llm.retrieval import MiniLMEmbedder
+
+    return MiniLMEmbedder()
+
+
+def build_agent(settings: Settings, *, case_store: CaseStore | None = None,
+                rule_sink: ProposedRuleSink | None = None, policies: Sequence | None = None,
+                embedder: Embedder | None = None, backend: LLMBackend | None = None) -> FailureAgent | None:
+    """The failure agent for `settings`, or None when the backend is `none` (rules only).
+
+    - `case_store`: labelled cases for retrieval; without one, the agent runs without retrieval
+      (and the embedder is never loaded).
+    - `rule_sink`: where confident answers for unmatched logs propose rules; None: no proposals.
+    - `policies`: the rule set's policies (`pipeline.ruleset.policies`); None loads them from
+      `settings.rules_dir`.
+    - `embedder`, `backend`: injected instead of the lazily loaded MiniLM / the configured backend.
+    """
+    if backend is None:
+        if backend_name(settings) == "none":
+            return None
+        backend = build_backend(settings)
+    elif backend.name == "none":
+        return None
+    if policies is None:
+        from app.core.rules import load_rules
+
+        policies = load_rules(settings.rules_dir).policies
+    client = LLMClient(backend, mask=settings.llm_mask)
+    retriever = Retriever(embedder or LazyEmbedder(), case_store) if case_store is not None else None
+    writer = None
+    if rule_sink is not None:
+        from app.llm.rulewriter import DiagnosisRuleWriter
+
+        writer = DiagnosisRuleWriter(client=client)
+    return FailureAgent(client, retriever=retriever, policies=policies, rule_sink=rule_sink,
+                        rule_writer=writer, config=AgentConfig(trigger_below=settings.llm_trigger_below))
+
+
+_KEEP: Any = object()
+
+
+def scoped_agent(agent: FailureAgent, *, policies: Sequence | None = None,
+                 rule_sink: ProposedRuleSink | None = _KEEP) -> tuple[FailureAgent, CallLog]:
+    """A per-diagnosis view of `agent`: same backend, cache, breaker and masker, its own call log
+    (so tokens and latency can be stored with the diagnosis), optionally other policies or sink."""
+    calls = CallLog()
+    base = agent.client
+    client = LLMClient(base.backend, mask=base.mask, masker=base.masker, cache=base.cache,
+                       breaker=base.breaker, call_log=calls)
+    scoped = copy.copy(agent)
+    scoped.client = client
+    if policies is not None:
+        scoped.policies = list(policies)
+    if rule_sink is not _KEEP:
+        scoped.rule_sink = rule_sink
+    if agent.rule_writer is not None:
+        writer = copy.copy(agent.rule_writer)
+        writer.client = client
+        scoped.rule_writer = writer
+    return scoped, calls
