@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -32,6 +33,25 @@ def _pipeline(rules_dir: str | None):
         return Pipeline(rules_dir=rules_dir)
     except RuleError as exc:
         _fail(f"bad rules: {exc}")
+
+
+def _agent(llm_backend: str | None, pipeline):
+    """The LLM failure agent from settings (LOGDX_LLM_*), or None for rules only."""
+    if llm_backend == "none" or (llm_backend is None and os.environ.get("LOGDX_LLM_BACKEND", "none") == "none"):
+        return None
+    from pydantic import ValidationError
+
+    from app.llm.factory import build_agent
+    from app.settings import Settings
+
+    try:
+        settings = Settings(**({"llm_backend": llm_backend} if llm_backend else {}))
+        return build_agent(settings, policies=pipeline.ruleset.policies)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        _fail(f"bad LLM settings: {'.'.join(map(str, err['loc']))}: {err['msg']}")
+    except ValueError as exc:
+        _fail(f"bad LLM settings: {exc}")
 
 
 @contextmanager
@@ -92,17 +112,21 @@ def cli() -> None:
 @click.argument("log")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis JSON contract.")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
-def diagnose(log: str, as_json: bool, rules_dir: str | None) -> None:
+@click.option("--llm", "llm_backend", type=click.Choice(["none", "openai", "transformers"]), default=None,
+              help="Ask an LLM when the rules are unsure (default: $LOGDX_LLM_BACKEND, else none).")
+def diagnose(log: str, as_json: bool, rules_dir: str | None, llm_backend: str | None) -> None:
     """Diagnose LOG (a path, or - for stdin; plain, gz or zst)."""
     pipeline = _pipeline(rules_dir)
+    agent = _agent(llm_backend, pipeline)
 
     def go() -> None:
         with _progress(log) as tick:
             result = pipeline.diagnose(log, on_progress=tick)
+        diagnosis = agent.refine(result) if agent is not None else result.diagnosis
         if as_json:
-            click.echo(json.dumps(result.diagnosis.to_json_dict(), indent=2, ensure_ascii=False))
+            click.echo(json.dumps(diagnosis.to_json_dict(), indent=2, ensure_ascii=False))
         else:
-            _print_summary(result.diagnosis)
+            _print_summary(diagnosis)
 
     _run(go)
 

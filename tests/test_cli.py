@@ -116,3 +116,23 @@ def test_rules_test_and_explain():
     out = logdx("rules", "explain", "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered")
     assert out.returncode == 0
     assert b"ECCError" in out.stdout
+
+
+def test_unknown_llm_backend_is_refused_with_one_line():
+    env = {**os.environ, "LOGDX_LLM_BACKEND": "bogus"}
+    out = subprocess.run([sys.executable, "-m", "app.cli", "diagnose", str(CASE)], cwd=REPO, env=env,
+                         capture_output=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.decode().count("\n") == 1 and "llm_backend" in out.stderr.decode()
+
+
+def test_dead_llm_endpoint_never_fails_the_diagnosis():
+    env = {**os.environ, "LOGDX_LLM_BACKEND": "openai", "LOGDX_LLM_BASE_URL": "http://127.0.0.1:9/v1",
+           "LOGDX_LLM_API_KEY": "sk-test", "LOGDX_LLM_TIMEOUT_S": "2", "LOGDX_LLM_MAX_RETRIES": "0"}
+    unknown = REPO / "tests" / "golden" / "realworld" / "077-perlmutter-nccl-timeout-three-of-four-ranks" / "log.txt"
+    out = subprocess.run([sys.executable, "-m", "app.cli", "diagnose", str(unknown), "--json"], cwd=REPO, env=env,
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["decided_by"] == "rules" and data["root_cause"]["error_type"] == "NCCLTimeoutError"
+    assert any("llm unavailable" in note for note in data["notes"])
