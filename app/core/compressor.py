@@ -239,6 +239,7 @@ class Compressor:
         idx = self._drop.get(shape)
         if idx is None:
             idx = self.filters.first(decode_line(raw))
+            # None only on a 64-bit hash collision of two shapes: count it under the first rule
             idx = 0 if idx is None else idx
             if len(self._drop) < MAX_SHAPE_CACHE:
                 self._drop[shape] = idx

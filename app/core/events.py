@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 
 import regex
 
 from app.core.compressed import CompressedLog, MetricPoint, Occurrence
-from app.core.types import ActionKind, Category, ErrorType, Role
+from app.core.types import ActionKind, Category, ErrorType, Role, default_category
 
 NAN_PRIORITY = 70
 SPIKE_PRIORITY = 45
@@ -84,7 +85,6 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
             etype = _canonical(occ.groups.get(spec.type_from_group)) or etype
         category = spec.category or occ.rule.category
         if etype != spec.error_type and spec.category is None:
-            from app.core.types import default_category
             category = default_category(etype)
         key = (occ.rule.id, etype.value)
         ev = by_key.get(key)
@@ -108,11 +108,11 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
             ev.xids.add(int(x))
         if occ.after_chain_marker and ev.count == 1:
             ev.chained = True
-    # the uncapped per-rule counts (occurrences are capped)
-    for ev in by_key.values():
-        total = log.rule_counts.get(ev.rule_id, ev.count)
-        if len([e for e in by_key.values() if e.rule_id == ev.rule_id]) == 1:
-            ev.count = max(ev.count, total)
+    # occurrences are capped per rule; a rule that yields one event gets the uncapped count
+    events_per_rule = Counter(rule_id for rule_id, _ in by_key)
+    for (rule_id, _), ev in by_key.items():
+        if events_per_rule[rule_id] == 1:
+            ev.count = max(ev.count, log.rule_counts.get(rule_id, ev.count))
     events = sorted(by_key.values(), key=lambda e: e.first_line)
     events.extend(_metric_events(log))
     events.sort(key=lambda e: e.first_line)

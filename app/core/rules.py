@@ -107,14 +107,21 @@ class RuleFile(BaseModel):
 
 
 @dataclass(frozen=True)
-class DiagnosisRule:
-    spec: DiagnosisRuleSpec
+class CompiledRule:
+    """A validated rule spec, the file it came from and its compiled pattern."""
+
+    spec: _RuleBase
     source: str
     regex: regex.Pattern
 
     @property
     def id(self) -> str:
         return self.spec.id
+
+
+@dataclass(frozen=True)
+class DiagnosisRule(CompiledRule):
+    spec: DiagnosisRuleSpec
 
     @property
     def priority(self) -> int:
@@ -126,14 +133,8 @@ class DiagnosisRule:
 
 
 @dataclass(frozen=True)
-class FilterRule:
+class FilterRule(CompiledRule):
     spec: FilterRuleSpec
-    source: str
-    regex: regex.Pattern
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
 
 
 @dataclass
