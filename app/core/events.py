@@ -17,6 +17,7 @@ SPIKE_PRIORITY = 45
 SPIKE_FACTOR = 2.5
 SPIKE_MIN_JUMP = 1.0
 SPIKE_WINDOW = 20
+RECOVERED_FACTOR = 1.5
 
 
 @dataclass
@@ -151,16 +152,17 @@ def _line_text(log: CompressedLog, point: MetricPoint) -> str:
 
 
 def find_loss_spike(points: list[MetricPoint]) -> tuple[int, MetricPoint, float] | None:
-    """First point whose loss jumps well above the median of the preceding window."""
-    series = [(i, p) for i, p in enumerate(p for p in points if "loss" in p.values)]
-    losses: list[float] = []
-    for i, p in series:
-        loss = p.values["loss"]
-        if math.isnan(loss) or math.isinf(loss):
-            continue
-        if len(losses) >= 2:
-            base = statistics.median(losses[-SPIKE_WINDOW:])
-            if base > 0 and loss > base * SPIKE_FACTOR and loss - base > SPIKE_MIN_JUMP:
-                return i, p, base
-        losses.append(loss)
+    """The first loss jump well above the median of the preceding window that does not recover.
+
+    A spike the loss comes back from (a later point under RECOVERED_FACTOR × the baseline) is
+    ordinary training noise, not a failure; one that lasts to the end of the log is.
+    """
+    series = [p for p in points if "loss" in p.values and math.isfinite(p.values["loss"])]
+    losses = [p.values["loss"] for p in series]
+    for i in range(2, len(series)):
+        base = statistics.median(losses[max(0, i - SPIKE_WINDOW):i])
+        loss = losses[i]
+        if base > 0 and loss > base * SPIKE_FACTOR and loss - base > SPIKE_MIN_JUMP:
+            if all(later >= base * RECOVERED_FACTOR for later in losses[i + 1:]):
+                return i, series[i], base
     return None
