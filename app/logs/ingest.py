@@ -18,6 +18,8 @@ from app.logs.codec import StreamCheck
 ACCEPTED_TYPES = {
     "application/octet-stream", "application/gzip", "application/x-gzip", "application/zstd",
     "application/x-zstd", "application/x-ndjson", "application/x-log",
+    # what `curl --data-binary @job.log` sends when no type is given: the body is still the raw log
+    "application/x-www-form-urlencoded",
 }
 
 

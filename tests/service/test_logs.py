@@ -75,6 +75,14 @@ def test_wrong_content_type_is_415(client, sched):
     assert_error(resp, 415)
 
 
+def test_curl_default_content_type_is_taken_as_the_raw_log(client, sched):
+    body = b"[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    resp = client.post("/v1/diagnose", content=body,
+                       headers={**sched, "Content-Type": "application/x-www-form-urlencoded"})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["root_cause"]["error_type"] == "ECCError"
+
+
 def test_unknown_job_upload_is_404(client, sched):
     assert_error(client.put("/v1/jobs/4242/log", content=b"x", headers=sched), 404)
 
