@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from app.core.compressed import CompressedLog, Partial, build_log, merge_partials
 from app.core.compressor import Compressor, ShapeTable
-from app.core.ingest import CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, iter_chunks
+from app.core.ingest import CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, iter_chunks, iter_file_buffers
 from app.core.rules import RuleSet
 
 __all__ = ["CompressedLog", "Compressor", "ShapeTable", "compress_source"]
@@ -50,34 +50,13 @@ def _ranges(path: Path, parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-class _RangeReader:
-    def __init__(self, path: Path, start: int, end: int) -> None:
-        self._fh = open(path, "rb")
-        self._fh.seek(start)
-        self._left = end - start
-
-    def read(self, n: int) -> bytes:
-        if self._left <= 0:
-            return b""
-        data = self._fh.read(min(n, self._left))
-        self._left -= len(data)
-        return data
-
-    def close(self) -> None:
-        self._fh.close()
-
-
 def _compress_range(args: tuple[str, int, int, int, bool]) -> tuple[Partial, IngestReport]:
     path, start, end, chunk_size, use_c = args
     assert _WORKER_RULESET is not None
     report = IngestReport()
     comp = Compressor(_WORKER_RULESET, use_c=use_c)
-    reader = _RangeReader(Path(path), start, end)
-    try:
-        for chunk in iter_chunks(reader, report, chunk_size=chunk_size):
-            comp.feed(chunk)
-    finally:
-        reader.close()
+    for buf, length in iter_file_buffers(Path(path), report, start, end, chunk_size=chunk_size):
+        comp.feed_buffer(buf, length)
     return comp.partial(), report
 
 
@@ -111,6 +90,12 @@ def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
         return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c)
     report = IngestReport()
     comp = Compressor(ruleset, use_c=use_c)
+    if path is not None:
+        for buf, length in iter_file_buffers(path, report, chunk_size=chunk_size):
+            comp.feed_buffer(buf, length)
+            if on_progress:
+                on_progress(length)
+        return comp.finish(report)
     for chunk in iter_chunks(source, report, chunk_size=chunk_size):
         comp.feed(chunk)
         if on_progress:

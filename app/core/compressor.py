@@ -66,12 +66,15 @@ def _float(value: str | None) -> float | None:
 
 class _ChunkView:
     """`lines[j]` of a chunk without splitting it: spans are known for surviving lines and are
-    walked from there to the neighbouring lines that context needs."""
+    walked from there to the neighbouring lines that context needs. The chunk may be a reused
+    buffer whose first `limit` bytes are valid; lines are returned as copies (bytes)."""
 
-    def __init__(self, chunk: bytes, n: int, spans: dict[int, tuple[int, int]]) -> None:
+    def __init__(self, chunk: bytes | bytearray, n: int, spans: dict[int, tuple[int, int]],
+                 limit: int | None = None) -> None:
         self._chunk = chunk
         self._n = n
         self._spans = spans
+        self._limit = len(chunk) if limit is None else limit
 
     def __len__(self) -> int:
         return self._n
@@ -80,18 +83,18 @@ class _ChunkView:
         if j < 0:
             j += self._n
         a, b = self._span(j)
-        return self._chunk[a:b]
+        return bytes(self._chunk[a:b])
 
     def _span(self, j: int) -> tuple[int, int]:
         span = self._spans.get(j)
         if span is not None:
             return span
-        c, spans = self._chunk, self._spans
+        c, spans, limit = self._chunk, self._spans, self._limit
         if j == 0:
-            end = c.find(b"\n")
-            span = (0, len(c) if end < 0 else end)
+            end = c.find(b"\n", 0, limit)
+            span = (0, limit if end < 0 else end)
         elif j == self._n - 1:
-            end = len(c) - 1 if c.endswith(b"\n") else len(c)
+            end = limit - 1 if limit and c[limit - 1] == 10 else limit
             span = (c.rfind(b"\n", 0, end) + 1, end)
         else:
             # walk from the nearest known line (context asks for neighbours of survivors)
@@ -104,11 +107,11 @@ class _ChunkView:
                 span = (start, end)
             else:
                 before = next((k for k in range(j - 1, max(j - 5, -1), -1) if k in spans or k == 0), 0)
-                end = self._span(before)[1] if before in spans or before == 0 else -1
+                end = self._span(before)[1]
                 for _ in range(j - before):
                     start = end + 1
-                    end = c.find(b"\n", start)
-                    end = len(c) if end < 0 else end
+                    end = c.find(b"\n", start, limit)
+                    end = limit if end < 0 else end
                 span = (start, end)
         spans[j] = span
         return span
@@ -194,21 +197,35 @@ class Compressor:
                     break
         self._tail = lines[-CONTEXT_BEFORE:]
 
-    def _feed_c(self, chunk: bytes) -> None:
+    def feed_buffer(self, buf: bytearray, length: int) -> None:
+        """Feed the first `length` bytes of a reused buffer (C scan loop only; no copy of the
+        chunk is made, and nothing keeps a reference to `buf` after the call)."""
+        if self._table is None:
+            self.feed(bytes(buf[:length]))
+            return
+        self.bytes_in += length
+        self._feed_c(buf, length)
+
+    def _feed_c(self, chunk: bytes | bytearray, length: int | None = None) -> None:
         """The same as the pure-Python path, with the per-line loop in C (`ShapeTable.scan`)."""
         table = self._table
-        n, survivors, samples, progress, n_extract = table.scan(chunk, self._sample_every)
+        length = len(chunk) if length is None else length
+        with memoryview(chunk) as whole, whole[:length] as mv:
+            self._scan_chunk(table, chunk, mv, length)
+
+    def _scan_chunk(self, table, chunk: bytes | bytearray, mv: memoryview, length: int) -> None:
+        n, survivors, samples, progress, n_extract = table.scan(mv, self._sample_every)
         base = self.lines_in + 1
         self.lines_in += n
         self._extracted.clear()
-        view = _ChunkView(chunk, n, {i: (a, b) for i, a, b in survivors})
+        view = _ChunkView(chunk, n, {i: (a, b) for i, a, b in survivors}, length)
         if self._after:
             self._owe_context(view, base)
         rules = self.ruleset.filters
         last_progress = progress[0] if progress is not None else -1
         late: list[tuple[int, bytes, int]] = []  # metric lines of shapes first judged in this chunk
         for i, a, b in survivors:
-            raw = chunk[a:b]
+            raw = bytes(mv[a:b])
             if table.has(raw):
                 idx = self._c_rule_of(raw)
                 self._c_dropped[idx] += 1
@@ -220,7 +237,7 @@ class Compressor:
                     late.append((i, raw, idx))
                 continue
             self._survivor(view, None, i, base, raw=raw)
-        points = [(i, chunk[a:b], None) for i, a, b in samples] + late
+        points = [(i, bytes(mv[a:b]), None) for i, a, b in samples] + late
         if len(points) > 2 * METRIC_SAMPLES_PER_CHUNK:  # the C stride is a guess from the last chunk
             points.sort(key=lambda p: p[0])
             points = points[:: len(points) // METRIC_SAMPLES_PER_CHUNK] + points[-1:]
@@ -229,7 +246,7 @@ class Compressor:
             self._extract_point(rule, decode_line(raw), base + i)
         if progress is not None and progress[0] >= last_progress:
             i, a, b = progress
-            self._last_progress = (base + i, chunk[a:b])
+            self._last_progress = (base + i, bytes(mv[a:b]))
         self._sample_every = max(1, -(-(n_extract + len(late)) // METRIC_SAMPLES_PER_CHUNK))
         self._tail = [view[j] for j in range(max(0, n - CONTEXT_BEFORE), n)]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import sys
 import zlib
 from collections.abc import Iterator
@@ -193,7 +194,7 @@ def iter_chunks(source: str | Path | BinaryIO, report: IngestReport,
                     carry = carry[:line_cap]
                     skipping = 1
                 continue
-            chunk = carry + data[: nl + 1] if carry else data[: nl + 1]
+            chunk = b"".join((carry, memoryview(data)[: nl + 1])) if carry else data[: nl + 1]
             carry = data[nl + 1:]
             if len(carry) > line_cap:
                 carry = carry[:line_cap]
@@ -207,4 +208,52 @@ def iter_chunks(source: str | Path | BinaryIO, report: IngestReport,
     finally:
         if owned:
             raw.close()
+
+
+def iter_file_buffers(path: Path, report: IngestReport, start: int = 0, end: int | None = None,
+                      chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP) -> Iterator[tuple[bytearray, int]]:
+    """Line-aligned chunks of a plain regular file (or a byte range of it) read into one reused
+    buffer: yields `(buffer, length)`, valid until the next iteration. One copy per byte (the
+    read itself), no page faults, no allocation per chunk. A line that does not fit in the
+    buffer is cut to `line_cap` bytes and marked, as in `iter_chunks`."""
+    buf = bytearray(chunk_size)
+    with open(path, "rb", buffering=0) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        left = (size if end is None else min(end, size)) - start
+        fh.seek(start)
+        have = 0  # bytes of a partial line carried at the front of buf
+        skipping = False  # discarding the rest of a cut line
+        with memoryview(buf) as view:
+            while left > 0 or have:
+                n = fh.readinto(view[have: have + min(chunk_size - have, left)]) if left > 0 else 0
+                left -= n
+                report.bytes_read += n
+                total = have + n
+                if skipping:
+                    nl = buf.find(b"\n", 0, total)
+                    if nl < 0:
+                        have = 0
+                        if n == 0:
+                            break
+                        continue
+                    skipping = False
+                    view[: total - nl - 1] = view[nl + 1: total]
+                    have = total - nl - 1
+                    continue
+                if n == 0:  # end of input: the last line has no newline
+                    yield buf, total
+                    break
+                nl = buf.rfind(b"\n", 0, total)
+                if nl < 0:
+                    if total < chunk_size:
+                        have = total
+                        continue
+                    report.lines_cut += 1
+                    cut = bytes(view[:line_cap]) + CUT_MARK % line_cap + b"\n"
+                    yield bytearray(cut), len(cut)
+                    have, skipping = 0, True
+                    continue
+                yield buf, nl + 1
+                have = total - nl - 1
+                view[:have] = view[nl + 1: total]
 

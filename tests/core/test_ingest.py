@@ -6,7 +6,7 @@ import io
 import pytest
 import zstandard
 
-from app.core.ingest import InputError, IngestReport, iter_chunks
+from app.core.ingest import InputError, IngestReport, iter_chunks, iter_file_buffers
 
 LOG = b"".join(b"step %d loss 2.%d\n" % (i, i % 10) for i in range(50_000))
 
@@ -80,3 +80,37 @@ def test_missing_file_is_an_input_error(tmp_path):
 def test_empty_input():
     data, report = read_all(io.BytesIO(b""))
     assert data == b"" and report.bytes_read == 0 and not report.warnings
+
+
+def read_buffers(path, *args, **kw) -> tuple[bytes, IngestReport]:
+    report = IngestReport()
+    data = b"".join(bytes(buf[:n]) for buf, n in iter_file_buffers(path, report, *args, **kw))
+    return data, report
+
+
+@pytest.mark.parametrize("tail", [b"", b"last line without newline"])
+def test_file_buffers_equal_the_file(tmp_path, tail):
+    path = tmp_path / "log.txt"
+    path.write_bytes(LOG + tail)
+    data, report = read_buffers(path, chunk_size=4096)
+    assert data == LOG + tail and report.bytes_read == len(LOG + tail)
+    # byte ranges that start at line starts reassemble the file
+    cut = LOG.index(b"\n", len(LOG) // 2) + 1
+    parts = [read_buffers(path, a, b, chunk_size=4096)[0] for a, b in ((0, cut), (cut, len(LOG + tail)))]
+    assert b"".join(parts) == LOG + tail
+
+
+def test_file_buffers_cut_an_overlong_line(tmp_path):
+    path = tmp_path / "log.txt"
+    path.write_bytes(b"before\n" + b"x" * (3 * 1024 * 1024) + b"\nafter\n")
+    data, report = read_buffers(path, chunk_size=256 * 1024, line_cap=65536)
+    lines = data.split(b"\n")
+    assert lines[0] == b"before" and lines[2] == b"after" and len(lines) == 4
+    assert lines[1].endswith(b"[logdx: line cut at 65536 bytes]") and len(lines[1]) < 70_000
+    assert report.lines_cut == 1
+
+
+def test_file_buffers_of_an_empty_file(tmp_path):
+    path = tmp_path / "empty.log"
+    path.write_bytes(b"")
+    assert read_buffers(path)[0] == b""
