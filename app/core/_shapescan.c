@@ -42,29 +42,40 @@ static inline uint64_t mix64(uint64_t h) {
     return h;
 }
 
-/* Hash of the line with digits deleted: digits are skipped while packing bytes into 8-byte
- * words, each word is mixed into the state. */
+/* Hash of the line with digits deleted. Bytes are compacted (digits skipped, branch-free: the
+ * digits of metric lines are random, so a branch would mispredict) into a small buffer that is
+ * hashed 8 bytes at a time; the partial word left at the end of a block is carried into the next
+ * block, so the hash depends only on the digit-deleted bytes, not on where blocks end. */
+#define BLOCK 256
 static inline uint64_t shape_hash(const unsigned char *p, const unsigned char *end) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL, word = 0;
-    unsigned k = 0;
-    size_t len = 0;
-    for (; p < end; p++) {
-        unsigned char c = *p;
-        /* branch-free skip of digits: digits in metric lines are random, a branch mispredicts */
-        unsigned keep = (unsigned)(c - '0') >= 10u;
-        uint64_t shifted = (word << 8) | c;
-        word = keep ? shifted : word;
-        len += keep;
-        k += keep;
-        if (k == 8) {
-            h = (h ^ word) * 0x100000001B3ULL;
-            h ^= h >> 29;
-            word = 0;
-            k = 0;
+    unsigned char tmp[BLOCK + 8];
+    uint64_t h = 0x9E3779B97F4A7C15ULL;
+    size_t carry = 0, total = 0;
+    while (p < end) {
+        size_t n = (size_t)(end - p);
+        if (n > BLOCK) n = BLOCK;
+        size_t k = carry;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = p[i];
+            tmp[k] = c;
+            k += (unsigned)(c - '0') >= 10u;
         }
+        p += n;
+        size_t full = k & ~(size_t)7;
+        for (size_t i = 0; i < full; i += 8) {
+            uint64_t w;
+            memcpy(&w, tmp + i, 8);
+            h = (h ^ w) * 0x100000001B3ULL;
+            h ^= h >> 29;
+        }
+        total += full;
+        carry = k - full;
+        memmove(tmp, tmp + full, carry);
     }
-    h = (h ^ word ^ ((uint64_t)k << 56)) * 0x100000001B3ULL;
-    h = mix64(h ^ len);
+    uint64_t w = 0;
+    memcpy(&w, tmp, carry);
+    h = (h ^ w ^ ((uint64_t)carry << 56)) * 0x100000001B3ULL;
+    h = mix64(h ^ (total + carry));
     return h ? h : 1;
 }
 

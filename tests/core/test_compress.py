@@ -137,3 +137,15 @@ def test_c_and_python_scan_loops_agree_across_chunk_boundaries(ruleset):
     assert [(o.line, o.rule.id) for o in fast.occurrences] == [(o.line, o.rule.id) for o in pure.occurrences]
     assert fast.last_progress == pure.last_progress
     assert [p.line for p in fast.nan_points] == [p.line for p in pure.nan_points]
+
+
+@pytest.mark.skipif(ShapeTable is None, reason="C scan loop not built")
+def test_c_shape_hash_ignores_digits_of_any_width_in_long_lines():
+    table = ShapeTable(2)
+    head, tail = b"node-01: " + b"x" * 300, b" | " + b"y" * 300
+    table.add(head + b" loss 1.5" + tail, 1)
+    assert table.has(head + b" loss 123.4567" + tail)  # digit runs of another width, past a block edge
+    assert not table.has(head + b" loss 1.5" + tail[:-1] + b"z")
+    assert not table.has(head + b" lossy 1.5" + tail)
+    n, survivors, samples, progress, n_extract = table.scan(head + b" loss 9.9" + tail + b"\nother\n", 1)
+    assert n == 2 and [s[0] for s in survivors] == [1] and table.counts()[1] == 1
