@@ -44,6 +44,7 @@ class ErrorEvent:
     first_rank: int | None = None
     first_host: str | None = None
     spike_index: int | None = None
+    peer_consequence: bool = False  # a network error caused by a peer process dying (see rank.py)
 
 
 def _canonical(name: str | None) -> ErrorType | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from app.core.compressed import CompressedLog
 from app.core.events import ErrorEvent
 from app.core.types import (
-    Category, CoOccurring, ErrorType, Evidence, Role, RootCause,
+    ActionKind, Category, CoOccurring, ErrorType, Evidence, Role, RootCause,
 )
 
 _ROLE_ORDER = {Role.CAUSE: 2, Role.WRAPPER: 1, Role.SYMPTOM: 0}
@@ -33,6 +33,8 @@ class Ranking:
 
 
 def effective_role(ev: ErrorEvent) -> Role:
+    if ev.peer_consequence:
+        return Role.SYMPTOM
     if ev.role is Role.CAUSE and ev.chained and ev.priority <= GENERIC_PRIORITY:
         return Role.WRAPPER
     if ev.role is Role.CAUSE and ev.error_type is ErrorType.Unknown:
@@ -89,9 +91,32 @@ def _explain(root: ErrorEvent, role: Role, n_symptoms: int) -> str:
     return " ".join(parts)
 
 
+_PROCESS_FATAL = {ErrorType.OutOfMemoryError, ErrorType.HostOOMKilled}
+_PEER_VISIBLE = {ErrorType.NetworkError, ErrorType.NCCLRemoteError}
+PEER_WINDOW_LINES = 5000
+
+
+def mark_peer_consequences(events: list[ErrorEvent]) -> None:
+    """A rank that dies (OOM, user-code exception) drops its connections; its peers then report
+    IB retry-exceeded, socket resets or NCCL system errors, often with a higher rule priority
+    than the death itself. Such a network event is a symptom when a process-fatal cause on other
+    (or unknown) ranks came shortly before it, unless its rule names it a local hardware fault
+    (isolate_and_restart, e.g. an IB port error on this node)."""
+    fatal = [e for e in events if effective_role(e) is Role.CAUSE and e.error_type not in _PEER_VISIBLE
+             and (e.error_type in _PROCESS_FATAL or e.category in (Category.FRAMEWORK, Category.SCRIPT))]
+    for ev in events:
+        if ev.error_type not in _PEER_VISIBLE or effective_role(ev) is not Role.CAUSE \
+                or ev.action is ActionKind.ISOLATE_AND_RESTART:
+            continue
+        ev.peer_consequence = any(
+            f.first_line < ev.first_line <= f.first_line + PEER_WINDOW_LINES
+            and (not f.ranks or not ev.ranks or not f.ranks & ev.ranks) for f in fatal)
+
+
 def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
     if not events:
         return _no_events(log)
+    mark_peer_consequences(events)
     root = max(events, key=_key)
     role = effective_role(root)
     co: list[CoOccurring] = []

@@ -63,6 +63,21 @@ def test_remote_process_exited_is_a_symptom_of_the_peer_crash(pipe):
     assert d.co_occurring[0].error_type == "NCCLRemoteError" and d.co_occurring[0].role == "symptom"
 
 
+IB_RETRY = "node-03:11:12 [1] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<4242> with error 12, opcode 0"
+
+
+def test_peer_network_errors_after_a_rank_dies_are_symptoms(pipe):
+    d = run(pipe, "\n".join(["node-01: [rank2]: KeyError: 'optimizer'", f"[rank9]: {IB_RETRY}"]) + "\n")
+    assert d.root_cause.error_type == "KeyError" and d.action.kind == "no_retry"
+    assert [(c.error_type, c.role) for c in d.co_occurring] == [("NetworkError", "symptom")]
+
+
+def test_a_network_error_long_after_a_handled_exception_is_the_cause(pipe):
+    lines = ["node-01: [rank2]: KeyError: 'optimizer'"] + iters(6000) + [f"[rank9]: {IB_RETRY}"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "NetworkError" and d.action.kind == "retry"
+
+
 def test_chained_traceback_blames_the_first_exception(pipe):
     text = """Traceback (most recent call last):
   File "loader.py", line 3, in load
