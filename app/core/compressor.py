@@ -180,9 +180,9 @@ class Compressor:
             first = 0
         else:
             cut = chunk.rfind(b"\n", 0, max(0, len(chunk) - TAIL_BYTES - 1))
-            lines = chunk[cut + 1:].split(b"\n")[: n if cut < 0 else None]
-            if len(lines) > n or (lines and not lines[-1] and chunk.endswith(b"\n")):
-                lines = lines[:-1] if not lines[-1] else lines
+            lines = chunk[cut + 1:].split(b"\n")
+            if chunk.endswith(b"\n"):
+                lines.pop()
             first = n - len(lines)
         if self._after:
             self._owe_context(lines, base)
