@@ -139,11 +139,28 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
         co.append(CoOccurring(
             error_type=ev.error_type, role=label, count=ev.count, first_line=ev.first_line,
             rule_id=ev.rule_id, ranks=sorted(ev.ranks)[:64], hosts=sorted(ev.hosts)[:64]))
+    if root.error_type is ErrorType.ChildFailedError:
+        return _launcher_summary_only(root, co)
     rc = RootCause(
         error_type=root.error_type, category=root.category, confidence=_confidence(root, events),
         evidence=_evidence(root), explanation=_explain(root, role, n_symptoms), rule_id=root.rule_id,
         gpu=next(iter(sorted(root.gpus)), None), xid=next(iter(sorted(root.xids)), None))
     return Ranking(rc, root, co, only_symptoms=role is Role.SYMPTOM)
+
+
+def _launcher_summary_only(summary: ErrorEvent, co: list[CoOccurring]) -> Ranking:
+    """Only the launcher's "child failed" summary is in the log: the failing rank's own error is
+    elsewhere, so the root cause is Unknown (not a canonical type), with the summary as evidence."""
+    co.insert(0, CoOccurring(
+        error_type=summary.error_type, role="symptom", count=summary.count, first_line=summary.first_line,
+        rule_id=summary.rule_id, ranks=sorted(summary.ranks)[:64], hosts=sorted(summary.hosts)[:64]))
+    rc = RootCause(
+        error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.3,
+        evidence=_evidence(summary),
+        explanation=(f"Only the launcher's failure summary is in this log (line {summary.first_line}); the "
+                     "failing rank's own error is not. Read that rank's output or its error_file."),
+        rule_id=summary.rule_id)
+    return Ranking(rc, None, co, only_symptoms=True)
 
 
 def _no_events(log: CompressedLog) -> Ranking:

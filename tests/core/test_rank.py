@@ -116,6 +116,15 @@ Root Cause (first observed failure):
     assert d.action.kind == "no_retry"
 
 
+def test_a_launcher_summary_alone_is_an_unknown_cause(pipe):
+    text = "\n".join(iters(20)) + "\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+    d = run(pipe, text)
+    assert d.root_cause.error_type == "Unknown" and d.root_cause.confidence < 0.4
+    assert d.root_cause.evidence[0].line == 21
+    assert [(c.error_type, c.role) for c in d.co_occurring] == [("ChildFailedError", "symptom")]
+    assert d.action.kind == "investigate"
+
+
 def test_no_error_and_progress_stops_is_a_hang(pipe):
     text = "\n".join(iters(300)) + "\nsaving checkpoint at iteration 300\n"
     d = run(pipe, text)
