@@ -10,8 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from app.core.ingest import InputError
 from app.core.rules import RuleError, check_examples, load_rules
@@ -61,6 +59,7 @@ def _progress(source: str):
     if not sys.stderr.isatty() or size < PROGRESS_MIN_BYTES:
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TransferSpeedColumn
 
     with Progress("[progress.description]{task.description}", BarColumn(), TransferSpeedColumn(),
@@ -132,6 +131,9 @@ def diagnose(log: str, as_json: bool, rules_dir: str | None, llm_backend: str | 
 
 
 def _print_summary(d) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     con = Console()
     rc = d.root_cause
     con.print(f"[bold red]{rc.error_type.value}[/] ({rc.category.value}), confidence {rc.confidence:.2f}")
