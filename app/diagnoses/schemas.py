@@ -9,7 +9,7 @@ from app.labels.schemas import LabelOut
 
 
 class DiagnoseRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"attempt": 2}]})
     attempt: int | None = Field(default=None, ge=1, le=10_000,
                                 description="Attempt whose log to diagnose (default: newest log).")
 

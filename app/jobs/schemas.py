@@ -12,7 +12,10 @@ class JobCreate(BaseModel):
     """What a scheduler knows about a job. Re-posting the same cluster + external_id returns the
     existing job, updated with the fields given (e.g. state and ended_at from an epilog)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "cluster": "seren", "external_id": "4242", "scheduler": "slurm", "user": "alice",
+        "hosts": ["node-04", "node-05"], "gpu_count": 16, "started_at": "2024-03-01T08:00:00Z",
+        "ended_at": "2024-03-01T14:13:00Z", "state": "failed"}]})
 
     cluster: Name
     external_id: ExternalId

@@ -12,7 +12,10 @@ from app.schemas_common import Note
 class LabelCreate(BaseModel):
     """`confirm` the diagnosed root cause, or `correct` it (error_type required)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"verdict": "confirm"},
+        {"verdict": "correct", "error_type": "NVLinkError", "category": "infrastructure",
+         "note": "nvidia-smi nvlink -s showed links down on node-05"}]})
     verdict: Verdict
     error_type: ErrorType | None = None
     category: Category | None = None
