@@ -34,11 +34,14 @@ class Pipeline:
     def __init__(self, ruleset: RuleSet | None = None, *, rules_dir: Path | str | None = None) -> None:
         self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir)
 
-    def compress(self, source: Source, *, on_progress: Callable[[int], None] | None = None) -> CompressedLog:
-        return compress_source(source, self.ruleset, on_progress=on_progress)
+    def compress(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
+                 workers: int | None = None) -> CompressedLog:
+        """`workers`: processes for large plain files (default one per CPU; 1 = this process)."""
+        return compress_source(source, self.ruleset, on_progress=on_progress, workers=workers)
 
-    def diagnose(self, source: Source, *, on_progress: Callable[[int], None] | None = None) -> DiagnosisResult:
-        return self.diagnose_compressed(self.compress(source, on_progress=on_progress))
+    def diagnose(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
+                 workers: int | None = None) -> DiagnosisResult:
+        return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers))
 
     def diagnose_compressed(self, log: CompressedLog) -> DiagnosisResult:
         events = events_from_log(log)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import threading
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -40,9 +42,13 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
     except FileNotFoundError:
         return {"input_error": "the stored log file is missing"}
     with raw:
-        source = BoundedReader(raw, limit) if limit is not None else raw
+        whole = limit is None or limit >= os.fstat(raw.fileno()).st_size
+        # a whole file goes by path: buffered reads, byte ranges on several cores for big plain
+        # logs; but never fork from a thread of the server process (thread executor)
+        source = path if whole else BoundedReader(raw, limit)
+        workers = None if threading.current_thread() is threading.main_thread() else 1
         try:
-            result = pipeline.diagnose(source)
+            result = pipeline.diagnose(source, workers=workers)
         except InputError as exc:
             return {"input_error": str(exc)}
     output: dict[str, Any] = {"diagnosis": result.diagnosis.to_json_dict(),
