@@ -20,24 +20,8 @@ CASES = sorted(p for p in FAMILIES.iterdir() if p.is_dir()) if FAMILIES.is_dir()
 
 # case name -> why the current ranking/policy code (app/, not rules/) gets it wrong
 XFAIL: dict[str, str] = {
-    'c-hang-2': (
-        "wandb 'Network error ... entering retry loop' followed by 'Network error resolved after ..., resuming normal operation' and more progress; the retry line is a (low-priority) ConnectionError cause, so the later silent stall is never reported as Hang. Needs code: an event followed by sustained progress (or its recovery line) is 'recovered' and must not block the Hang verdict"),
-    'c-net-2': (
-        "the resolved wandb network retry (cause, priority 35) outranks the symptom-only NCCL watchdog timeouts with a silent rank, giving ConnectionError/retry instead of NCCLTimeoutError/investigate. Needs code: events followed by a recovery line / sustained progress are 'recovered', ranked below symptoms"),
-    'c-hang-4': (
-        "a checkpoint save hit 'OSError: [Errno 5] Input/output error', was retried and succeeded, and training continued for many steps before the silent stall; io-error (StorageError) wins instead of Hang. Needs code: demote events followed by sustained progress"),
-    'c-py-3': (
-        "a retried-and-successful checkpoint save printed 'OSError: [Errno 5] Input/output error' 100 iterations before the real AttributeError; io-error (78) outranks py-attribute (50). Needs code: demote events followed by sustained progress"),
-    'c-spike-1': (
-        'a retried-and-successful checkpoint save printed an Errno 5 I/O error mid-run; io-error (StorageError) outranks the metric-derived LossSpike 300 iterations later. Needs code: demote events followed by sustained progress'),
     'c-py-14': (
         "a retried-and-successful checkpoint save printed an Errno 5 I/O error before the resume that fails on KeyError 'optimizer'; io-error (78) outranks py-key (50). Needs code: an event whose traceback is followed by a success line for the same operation (or sustained progress) is recovered"),
-    'c-py-11': (
-        "mlflow logged a handled 'requests.exceptions.ConnectionError' traceback ('will retry', then 'succeeded after 1 retry') and training ran 200 more iterations before a ValueError; http-client-connection-error (78) outranks py-value (50). Needs code: demote events followed by sustained progress"),
-    'c-hang-9': (
-        "bitsandbytes' fallback traceback and huggingface_hub's handled ReadTimeout traceback (retried) leave 'TimeoutError: The read operation timed out' (py-exception-other) as an event, so the later silent stall becomes Unknown instead of Hang. Needs code: events followed by sustained progress must not block the Hang verdict"),
-    'c-hang-10': (
-        "the harmless 'NCCL WARN Could not find real path of mlx5_bond_0' at init (NCCL goes on) is claimed by the catch-all nccl-warn-generic (Unknown symptom), and any event blocks the Hang verdict; a filter rule cannot drop a line a diagnosis rule matches. Needs code: a symptom-only Unknown event before sustained progress should yield Hang (or filter rules marked benign should override catch-all diagnosis rules)"),
 }
 
 MIN_ACCURACY = 0.9

@@ -7,7 +7,7 @@
  * dropped lines: it counts drops per value and reports only
  *   - the lines whose shape is not in the table (survivors) as (index, start, end) triples,
  *   - every k-th line whose value carries the EXTRACT flag (metric samples),
- *   - the last line whose value carries the PROGRESS flag.
+ *   - the last LAST_PROGRESS lines whose value carries the PROGRESS flag.
  * The Python side (app/core/compressor.py) judges new shapes with the rules and adds them.
  */
 #define PY_SSIZE_T_CLEAN
@@ -18,6 +18,7 @@
 #define FLAG_EXTRACT 0x10000
 #define FLAG_PROGRESS 0x20000
 #define VALUE_MASK 0xFFFF
+#define LAST_PROGRESS 4
 
 typedef struct {
     uint64_t key; /* 0 = empty */
@@ -165,7 +166,7 @@ static int append_triple(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t 
     return r;
 }
 
-/* scan(chunk, sample_every) -> (n_lines, survivors, samples, progress_or_None, n_extract) */
+/* scan(chunk, sample_every) -> (n_lines, survivors, samples, last_progress_lines, n_extract) */
 static PyObject *ShapeTable_scan(ShapeTable *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t every = 1;
@@ -174,7 +175,8 @@ static PyObject *ShapeTable_scan(ShapeTable *self, PyObject *args) {
     PyObject *surv = PyList_New(0), *samples = PyList_New(0), *result = NULL;
     if (!surv || !samples) goto done;
     const unsigned char *base = buf.buf, *p = base, *stop = base + buf.len;
-    Py_ssize_t idx = 0, n_extract = 0, prog_i = -1, prog_a = 0, prog_b = 0;
+    Py_ssize_t idx = 0, n_extract = 0, n_prog = 0;
+    Py_ssize_t ring[LAST_PROGRESS][3]; /* the last progress lines: index, start, end */
     while (p < stop) {
         const unsigned char *nl = memchr(p, '\n', (size_t)(stop - p));
         const unsigned char *end = nl ? nl : stop;
@@ -189,21 +191,25 @@ static PyObject *ShapeTable_scan(ShapeTable *self, PyObject *args) {
                 n_extract++;
             }
             if (v & FLAG_PROGRESS) {
-                prog_i = idx;
-                prog_a = a;
-                prog_b = b;
+                Py_ssize_t *slot = ring[n_prog % LAST_PROGRESS];
+                slot[0] = idx;
+                slot[1] = a;
+                slot[2] = b;
+                n_prog++;
             }
         }
         idx++;
         if (!nl) break;
         p = nl + 1;
     }
-    PyObject *prog;
-    if (prog_i >= 0) {
-        prog = Py_BuildValue("(nnn)", prog_i, prog_a, prog_b);
-        if (!prog) goto done;
-    } else {
-        prog = Py_NewRef(Py_None);
+    PyObject *prog = PyList_New(0);
+    if (!prog) goto done;
+    for (Py_ssize_t k = n_prog > LAST_PROGRESS ? n_prog - LAST_PROGRESS : 0; k < n_prog; k++) {
+        Py_ssize_t *slot = ring[k % LAST_PROGRESS];
+        if (append_triple(prog, slot[0], slot[1], slot[2]) < 0) {
+            Py_DECREF(prog);
+            goto done;
+        }
     }
     result = Py_BuildValue("(nOONn)", idx, surv, samples, prog, n_extract);
 done:
@@ -234,7 +240,7 @@ static PyMethodDef ShapeTable_methods[] = {
      "add(line, rule_index, extract=False, progress=False): mark the line's shape droppable"},
     {"has", (PyCFunction)ShapeTable_contains, METH_VARARGS, "has(line): is the line's shape droppable"},
     {"scan", (PyCFunction)ShapeTable_scan, METH_VARARGS,
-     "scan(chunk, sample_every) -> (n_lines, survivors, samples, progress, n_extract)"},
+     "scan(chunk, sample_every) -> (n_lines, survivors, samples, last_progress_lines, n_extract)"},
     {"counts", (PyCFunction)ShapeTable_counts, METH_NOARGS, "lines dropped per rule index"},
     {NULL, NULL, 0, NULL},
 };

@@ -18,6 +18,7 @@ from app.core.types import CompressionStats, Progress
 MAX_TEMPLATES = 50_000
 MAX_SET_MEMBERS = 512
 MAX_FLAGGED = 200
+RECENT_PROGRESS = 4  # progress markers remembered: the last one, and whether training went on
 
 
 def decode_line(raw: bytes) -> str:
@@ -70,6 +71,7 @@ class CompressedLog:
     metrics: list[MetricPoint]
     nan_points: list[MetricPoint]
     last_progress: Progress | None
+    recent_progress: list[Progress]  # the last few progress markers (last_progress is the last)
     stats: CompressionStats
     known_ranks: set[int]
     known_hosts: set[str]
@@ -91,7 +93,7 @@ class Partial:
     rule_counts: Counter
     metrics: list[MetricPoint]
     nan_points: list[MetricPoint]
-    last_progress: tuple[int, str] | None
+    progress: list[tuple[int, str]]  # the last few progress markers: (line, text)
     flagged: list[tuple[int, str]]
     known_ranks: set[int]
     known_hosts: set[str]
@@ -115,8 +117,7 @@ class Partial:
             p.line += offset
         self.context = {k + offset: v for k, v in self.context.items()}
         self.flagged = [(ln + offset, t) for ln, t in self.flagged]
-        if self.last_progress:
-            self.last_progress = (self.last_progress[0] + offset, self.last_progress[1])
+        self.progress = [(line + offset, text) for line, text in self.progress]
         return self
 
 
@@ -148,7 +149,7 @@ def merge_partials(parts: list[Partial]) -> Partial:
         head.rule_counts.update(part.rule_counts)
         head.metrics.extend(part.metrics)
         head.nan_points.extend(part.nan_points)
-        head.last_progress = part.last_progress or head.last_progress
+        head.progress = (head.progress + part.progress)[-RECENT_PROGRESS:]
         head.flagged.extend(part.flagged[: max(0, MAX_FLAGGED - len(head.flagged))])
         head.known_ranks |= part.known_ranks
         head.known_hosts |= part.known_hosts
@@ -165,12 +166,9 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
     part.metrics.sort(key=lambda p: p.line)
     part.nan_points.sort(key=lambda p: p.line)
     templates = sorted(part.templates.values(), key=lambda t: t.first_line)
-    progress = None
-    if part.last_progress:
-        line_no, ptext = part.last_progress
-        point = next((p for p in reversed(part.metrics) if p.line == line_no), None)
-        step = point.step if point else _step_of(ruleset, ptext)
-        progress = Progress(step=step, line=line_no, time=extract_time(ptext), text=ptext[:500])
+    steps = {p.line: p.step for p in part.metrics[-4 * RECENT_PROGRESS:]}
+    recent = [Progress(step=steps.get(line_no) or _step_of(ruleset, ptext), line=line_no,
+                       time=extract_time(ptext), text=ptext[:500]) for line_no, ptext in part.progress]
     warnings = list(report.warnings)
     if part.overflow_lines:
         warnings.append(f"{part.overflow_lines} non-error lines beyond {MAX_TEMPLATES} templates were not kept")
@@ -182,7 +180,7 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
     log = CompressedLog(
         templates=templates, context=part.context, occurrences=part.occurrences,
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
-        last_progress=progress, stats=stats, known_ranks=part.known_ranks,
+        last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
         known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED])
     out = render(log)
     stats.bytes_out = len(out.encode("utf-8"))

@@ -19,7 +19,7 @@ from operator import not_
 import regex
 
 from app.core.compressed import (
-    MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, CompressedLog, MetricPoint, Occurrence, Partial, Template,
+    MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
     build_log, decode_line,
 )
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, fold_key
@@ -140,7 +140,7 @@ class Compressor:
         self.rule_counts: Counter = Counter()
         self._metrics: list[MetricPoint] = []
         self._nan: list[MetricPoint] = []
-        self._last_progress: tuple[int, bytes] | None = None
+        self._progress: list[tuple[int, bytes]] = []  # the last RECENT_PROGRESS markers, in order
         self._flagged: list[tuple[int, str]] = []
         self._known_ranks: set[int] = set()
         self._known_hosts: set[str] = set()
@@ -191,10 +191,13 @@ class Compressor:
         if self._extract:
             self._sample_metrics(lines, shapes, base, first)
         if self._progress_shapes:
+            found = 0
             for i in range(n - 1, first - 1, -1):
                 if shapes[i] in self._progress_shapes:
-                    self._last_progress = (base + i, lines[i - first])
-                    break
+                    self._note_progress(base + i, lines[i - first])
+                    found += 1
+                    if found == RECENT_PROGRESS:
+                        break
         self._tail = lines[-CONTEXT_BEFORE:]
 
     def feed_buffer(self, buf: bytearray, length: int) -> None:
@@ -222,7 +225,6 @@ class Compressor:
         if self._after:
             self._owe_context(view, base)
         rules = self.ruleset.filters
-        last_progress = progress[0] if progress is not None else -1
         late: list[tuple[int, bytes, int]] = []  # metric lines of shapes first judged in this chunk
         for i, a, b in survivors:
             raw = bytes(mv[a:b])
@@ -230,9 +232,8 @@ class Compressor:
                 idx = self._c_rule_of(raw)
                 self._c_dropped[idx] += 1
                 spec = rules[idx].spec
-                if spec.progress and i > last_progress:
-                    last_progress = i
-                    self._last_progress = (base + i, raw)
+                if spec.progress:
+                    self._note_progress(base + i, raw)
                 if spec.extract:
                     late.append((i, raw, idx))
                 continue
@@ -244,11 +245,19 @@ class Compressor:
         for i, raw, idx in points:
             rule = rules[self._c_rule_of(raw) if idx is None else idx]
             self._extract_point(rule, decode_line(raw), base + i)
-        if progress is not None and progress[0] >= last_progress:
-            i, a, b = progress
-            self._last_progress = (base + i, bytes(mv[a:b]))
+        for i, a, b in progress:
+            self._note_progress(base + i, bytes(mv[a:b]))
         self._sample_every = max(1, -(-(n_extract + len(late)) // METRIC_SAMPLES_PER_CHUNK))
         self._tail = [view[j] for j in range(max(0, n - CONTEXT_BEFORE), n)]
+
+    def _note_progress(self, line_no: int, raw: bytes) -> None:
+        """Keep the last RECENT_PROGRESS progress markers in line order, one per line (of a
+        \\r-rewritten bar, the last segment)."""
+        progress = [p for p in self._progress if p[0] != line_no]
+        progress.append((line_no, raw))
+        if len(progress) > 1 and progress[-2][0] > line_no:
+            progress.sort(key=lambda p: p[0])
+        self._progress = progress[-RECENT_PROGRESS:]
 
     def _c_rule_of(self, raw: bytes) -> int:
         """The filter rule index a droppable shape was judged with (cached per shape)."""
@@ -312,7 +321,7 @@ class Compressor:
             self._extract_point(rule, text, line_no)
         if rule.spec.progress:
             self._progress_shapes.add(shape)
-            self._last_progress = (line_no, text.encode())
+            self._note_progress(line_no, raw)
 
     def _drop_segment(self, seg: str, line_no: int) -> bool:
         shape = seg.translate(SHAPE_DELETE_STR)
@@ -328,7 +337,7 @@ class Compressor:
                 self._extract_point(rule, seg, line_no)
         rule = self.ruleset.filters[idx]
         if rule.spec.progress:
-            self._last_progress = (line_no, seg.encode())
+            self._note_progress(line_no, seg.encode())
         self._str_dropped[idx] += 1
         return True
 
@@ -462,13 +471,11 @@ class Compressor:
                 if count:
                     dropped_by_rule[self.ruleset.filters[idx].id] += count
             lines_dropped += sum(c_counts.values())
-        progress = None
-        if self._last_progress:
-            progress = (self._last_progress[0], decode_line(self._last_progress[1]))
+        progress = [(line_no, decode_line(raw)) for line_no, raw in self._progress]
         return Partial(
             templates=self._templates, context=self._context, occurrences=self._occ,
             rule_counts=self.rule_counts, metrics=self._metrics, nan_points=self._nan,
-            last_progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
+            progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
             known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
             lines_dropped=lines_dropped, lines_in=self.lines_in,
             bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import regex
 
 from app.core.compressed import CompressedLog, MetricPoint, Occurrence
+from app.core.fields import fold_key
 from app.core.types import ActionKind, Category, ErrorType, Role, default_category
 
 NAN_PRIORITY = 70
@@ -45,6 +46,8 @@ class ErrorEvent:
     first_host: str | None = None
     spike_index: int | None = None
     peer_consequence: bool = False  # a network error caused by a peer process dying (see rank.py)
+    recovered: bool = False  # training made progress after its last occurrence (see rank.py)
+    last_line: int = 0
 
 
 def _canonical(name: str | None) -> ErrorType | None:
@@ -78,6 +81,8 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
     """Group rule occurrences into events (one per rule and resolved type), in line order."""
     by_key: dict[tuple[str, str], ErrorEvent] = {}
     nearby = {**{t.first_line: t.text for t in log.templates}, **log.context}
+    # occurrences are capped per rule; the folded template knows the true last line
+    template_last = {fold_key(t.text): t.last_line for t in log.templates if t.flagged}
     for occ in sorted(log.occurrences, key=lambda o: o.line):
         if occ.host is None or occ.rank is None:
             _attach_summary_fields(occ, nearby)
@@ -98,6 +103,7 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
                 action=spec.action, hint=spec.hint, first_rank=occ.rank, first_host=occ.host)
             by_key[key] = ev
         ev.count += 1
+        ev.last_line = max(ev.last_line, occ.line, template_last.get(fold_key(occ.text), 0))
         if len(ev.occurrences) < 50:
             ev.occurrences.append(occ)
         if occ.rank is not None:
@@ -130,7 +136,8 @@ def _metric_events(log: CompressedLog) -> list[ErrorEvent]:
         out.append(ErrorEvent(
             id="", error_type=ErrorType.NaNLoss, category=Category.FRAMEWORK, role=Role.CAUSE,
             priority=NAN_PRIORITY, rule_id="metrics.nan-loss", first_line=first.line,
-            count=len(log.nan_points), text=_line_text(log, first), hint="loss or grad norm became NaN/inf"))
+            count=len(log.nan_points), text=_line_text(log, first), hint="loss or grad norm became NaN/inf",
+            last_line=log.nan_points[-1].line))
     spike = find_loss_spike(log.metrics)
     if spike is not None:
         idx, point, baseline = spike
@@ -141,7 +148,7 @@ def _metric_events(log: CompressedLog) -> list[ErrorEvent]:
             priority=SPIKE_PRIORITY, rule_id="metrics.loss-spike", first_line=point.line, count=1,
             text=_line_text(log, point),
             hint=f"loss {point.values['loss']:.4g} vs recent median {baseline:.4g}",
-            spike_index=since_start))
+            spike_index=since_start, last_line=point.line))
     return out
 
 

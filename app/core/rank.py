@@ -43,7 +43,8 @@ def effective_role(ev: ErrorEvent) -> Role:
 
 
 def _key(ev: ErrorEvent) -> tuple:
-    return (_ROLE_ORDER[effective_role(ev)], ev.priority, -ev.first_line)
+    # a recovered event ranks below every symptom: training went on after it
+    return (-1 if ev.recovered else _ROLE_ORDER[effective_role(ev)], ev.priority, -ev.first_line)
 
 
 def _evidence(ev: ErrorEvent) -> list[Evidence]:
@@ -113,11 +114,32 @@ def mark_peer_consequences(events: list[ErrorEvent]) -> None:
             and (not f.ranks or not ev.ranks or not f.ranks & ev.ranks) for f in fatal)
 
 
+RECOVERY_MARKERS = 3
+
+
+def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
+    """An error after which training kept making progress (a handled exception, a retried
+    upload, a warning) did not stop the job: at least RECOVERY_MARKERS progress markers, on at
+    least two different steps when steps are known, follow its last occurrence."""
+    recent = log.recent_progress[-RECOVERY_MARKERS:]
+    if len(recent) < RECOVERY_MARKERS:
+        return
+    steps = {p.step for p in recent if p.step is not None}
+    if len(steps) == 1:  # the same step printed by several ranks is not progress
+        return
+    for ev in events:
+        if not ev.rule_id.startswith("metrics.") and ev.last_line < recent[0].line:
+            ev.recovered = True
+
+
 def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
     if not events:
         return _no_events(log)
+    mark_recovered(events, log)
     mark_peer_consequences(events)
     root = max(events, key=_key)
+    if root.recovered:  # every error was followed by more training: the job stalled later
+        return _stalled_after_recovered(events, log)
     role = effective_role(root)
     co: list[CoOccurring] = []
     n_symptoms = 0
@@ -125,7 +147,9 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
         if ev is root:
             continue
         r = effective_role(ev)
-        if r is Role.WRAPPER:
+        if ev.recovered:
+            label = "recovered"
+        elif r is Role.WRAPPER:
             label = "wrapper"
         elif r is Role.SYMPTOM:
             label = "symptom"
@@ -136,9 +160,7 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
             label = "independent"
         if label == "symptom":
             n_symptoms += 1
-        co.append(CoOccurring(
-            error_type=ev.error_type, role=label, count=ev.count, first_line=ev.first_line,
-            rule_id=ev.rule_id, ranks=sorted(ev.ranks)[:64], hosts=sorted(ev.hosts)[:64]))
+        co.append(_co(ev, label))
     if root.error_type is ErrorType.ChildFailedError:
         return _launcher_summary_only(root, co)
     rc = RootCause(
@@ -151,9 +173,7 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
 def _launcher_summary_only(summary: ErrorEvent, co: list[CoOccurring]) -> Ranking:
     """Only the launcher's "child failed" summary is in the log: the failing rank's own error is
     elsewhere, so the root cause is Unknown (not a canonical type), with the summary as evidence."""
-    co.insert(0, CoOccurring(
-        error_type=summary.error_type, role="symptom", count=summary.count, first_line=summary.first_line,
-        rule_id=summary.rule_id, ranks=sorted(summary.ranks)[:64], hosts=sorted(summary.hosts)[:64]))
+    co.insert(0, _co(summary, "symptom"))
     rc = RootCause(
         error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.3,
         evidence=_evidence(summary),
@@ -163,12 +183,26 @@ def _launcher_summary_only(summary: ErrorEvent, co: list[CoOccurring]) -> Rankin
     return Ranking(rc, None, co, only_symptoms=True)
 
 
-def _no_events(log: CompressedLog) -> Ranking:
-    if log.flagged_lines:
-        line, text = log.flagged_lines[0]
+def _co(ev: ErrorEvent, role: str) -> CoOccurring:
+    return CoOccurring(error_type=ev.error_type, role=role, count=ev.count, first_line=ev.first_line,
+                       rule_id=ev.rule_id, ranks=sorted(ev.ranks)[:64], hosts=sorted(ev.hosts)[:64])
+
+
+def _stalled_after_recovered(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
+    hang = _no_events(log, ignore_flagged=True)
+    hang.co_occurring.extend(_co(ev, "recovered") for ev in events)
+    hang.root.explanation += f" {len(events)} earlier error type(s) were followed by more training (recovered)."
+    return hang
+
+
+def _no_events(log: CompressedLog, *, ignore_flagged: bool = False) -> Ranking:
+    flagged = [f for f in log.flagged_lines if not log.last_progress or f[0] > log.last_progress.line] \
+        if ignore_flagged else log.flagged_lines
+    if flagged:
+        line, text = flagged[0]
         rc = RootCause(
             error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.2,
-            evidence=[Evidence(line=ln, text=t[:2000]) for ln, t in log.flagged_lines[:MAX_EVIDENCE]],
+            evidence=[Evidence(line=ln, text=t[:2000]) for ln, t in flagged[:MAX_EVIDENCE]],
             explanation=f"No rule matched; the first error-looking line is line {line}.")
         return Ranking(rc, None, [], only_symptoms=False)
     if log.last_progress is not None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,11 @@ def test_c_shape_hash_ignores_digits_of_any_width_in_long_lines():
     assert not table.has(head + b" lossy 1.5" + tail)
     n, survivors, samples, progress, n_extract = table.scan(head + b" loss 9.9" + tail + b"\nother\n", 1)
     assert n == 2 and [s[0] for s in survivors] == [1] and table.counts()[1] == 1
+
+
+def test_the_c_scan_loop_is_built():
+    """The C loop is optional at install time but CI must build it: a silent fallback would
+    only show up as a 3x slower benchmark. Set LOGDX_ALLOW_PURE_PYTHON=1 where no compiler exists."""
+    if os.environ.get("LOGDX_ALLOW_PURE_PYTHON") == "1":
+        pytest.skip("pure-Python scan loop allowed here")
+    assert ShapeTable is not None, "app/core/_shapescan.c did not build; `pip install -e .` prints why"

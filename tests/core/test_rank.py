@@ -125,6 +125,24 @@ def test_a_launcher_summary_alone_is_an_unknown_cause(pipe):
     assert d.action.kind == "investigate"
 
 
+def test_an_error_followed_by_more_training_is_recovered(pipe):
+    lines = iters(50) + ["Traceback (most recent call last):", "KeyError: 'stale-cache-entry'"] + iters(20, start=51)
+    lines += ["[rank3]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "OutOfMemoryError"
+    assert ("KeyError", "recovered") in [(c.error_type, c.role) for c in d.co_occurring]
+
+
+def test_only_recovered_errors_then_no_progress_is_a_hang(pipe):
+    lines = iters(50) + ["KeyError: 'stale-cache-entry'"] + iters(20, start=51)
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "Hang" and d.last_progress.step == 70
+    assert [(c.error_type, c.role) for c in d.co_occurring] == [("KeyError", "recovered")]
+    # one progress line after the error (other ranks flushing the same step) is not recovery
+    d = run(pipe, "\n".join(iters(50) + ["KeyError: 'x'"] + iters(1, start=51)) + "\n")
+    assert d.root_cause.error_type == "KeyError"
+
+
 def test_no_error_and_progress_stops_is_a_hang(pipe):
     text = "\n".join(iters(300)) + "\nsaving checkpoint at iteration 300\n"
     d = run(pipe, text)
