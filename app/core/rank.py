@@ -4,9 +4,11 @@ The root cause is the earliest event of the most causal class: events whose role
 beat `wrapper`s (generic re-raises), which beat `symptom`s (collective timeouts, elastic
 summaries, SIGTERM to peers, "remote process exited"); within a role the higher rule priority
 (specificity: hardware > specific library failures > generic exceptions) wins, then the earlier
-line. An exception raised while handling / because of an earlier one is demoted to wrapper.
-With no event at all, a progress marker means the job hung; otherwise the first error-looking
-line becomes an `Unknown` root cause with low confidence.
+line. An exception raised while handling / because of an earlier one is demoted to wrapper; a
+network error shortly after another rank died is a symptom of that death; an error after which
+training kept making progress is `recovered` and ranks below everything else. With no (or only
+recovered) events, a progress marker means the job hung; otherwise the first error-looking line
+becomes an `Unknown` root cause with low confidence; a launcher summary alone is `Unknown` too.
 """
 
 from __future__ import annotations
@@ -117,18 +119,23 @@ def mark_peer_consequences(events: list[ErrorEvent]) -> None:
 RECOVERY_MARKERS = 3
 
 
-def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
-    """An error after which training kept making progress (a handled exception, a retried
-    upload, a warning) did not stop the job: at least RECOVERY_MARKERS progress markers, on at
-    least two different steps when steps are known, follow its last occurrence."""
+def recovered_before(log: CompressedLog) -> int:
+    """Errors whose last line is before this line did not stop the job (a handled exception, a
+    retried upload, a warning): at least RECOVERY_MARKERS progress markers, on at least two
+    different steps when steps are known, follow them. 0 when training did not go on."""
     recent = log.recent_progress[-RECOVERY_MARKERS:]
     if len(recent) < RECOVERY_MARKERS:
-        return
+        return 0
     steps = {p.step for p in recent if p.step is not None}
     if len(steps) == 1:  # the same step printed by several ranks is not progress
-        return
+        return 0
+    return recent[0].line
+
+
+def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
+    before = recovered_before(log)
     for ev in events:
-        if not ev.rule_id.startswith("metrics.") and ev.last_line < recent[0].line:
+        if not ev.rule_id.startswith("metrics.") and ev.last_line < before:
             ev.recovered = True
 
 
@@ -189,15 +196,15 @@ def _co(ev: ErrorEvent, role: str) -> CoOccurring:
 
 
 def _stalled_after_recovered(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
-    hang = _no_events(log, ignore_flagged=True)
+    hang = _no_events(log)
     hang.co_occurring.extend(_co(ev, "recovered") for ev in events)
     hang.root.explanation += f" {len(events)} earlier error type(s) were followed by more training (recovered)."
     return hang
 
 
-def _no_events(log: CompressedLog, *, ignore_flagged: bool = False) -> Ranking:
-    flagged = [f for f in log.flagged_lines if not log.last_progress or f[0] > log.last_progress.line] \
-        if ignore_flagged else log.flagged_lines
+def _no_events(log: CompressedLog) -> Ranking:
+    before = recovered_before(log)
+    flagged = [f for f in log.flagged_lines if f[0] >= before]  # error-looking lines training survived
     if flagged:
         line, text = flagged[0]
         rc = RootCause(

@@ -143,6 +143,11 @@ def test_only_recovered_errors_then_no_progress_is_a_hang(pipe):
     assert d.root_cause.error_type == "KeyError"
 
 
+def test_an_unexplained_error_line_training_survived_is_not_the_cause(pipe):
+    d = run(pipe, "\n".join(iters(10) + ["FATAL: flux capacitor wobble (ignored)"] + iters(10, start=11)) + "\n")
+    assert d.root_cause.error_type == "Hang"
+
+
 def test_no_error_and_progress_stops_is_a_hang(pipe):
     text = "\n".join(iters(300)) + "\nsaving checkpoint at iteration 300\n"
     d = run(pipe, text)
