@@ -128,7 +128,7 @@ class RootCause(_Contract):
 
 class CoOccurring(_Contract):
     error_type: ErrorType
-    role: str  # "symptom" | "independent" | "wrapper"
+    role: str  # "symptom" | "wrapper" | "independent" | "recovered"
     count: int
     first_line: int
     rule_id: str | None = None
