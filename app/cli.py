@@ -132,12 +132,14 @@ def diagnose(log: str, as_json: bool, rules_dir: str | None, llm_backend: str | 
 
 def _print_summary(d) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     con = Console()
     rc = d.root_cause
-    con.print(f"[bold red]{rc.error_type.value}[/] ({rc.category.value}), confidence {rc.confidence:.2f}")
-    con.print(rc.explanation)
+    con.print(f"[bold red]{rc.error_type.value}[/] ({rc.category.value}), confidence {rc.confidence:.2f}",
+              highlight=False)
+    con.print(rc.explanation, markup=False, highlight=False)
     for ev in rc.evidence[:3]:
         where = " ".join(x for x in (f"rank {ev.rank}" if ev.rank is not None else "",
                                      f"host {ev.host}" if ev.host else "") if x)
@@ -157,7 +159,7 @@ def _print_summary(d) -> None:
     s = d.compression
     con.print(f"Compression: {s.lines_in} lines -> {s.lines_kept} kept ({s.templates} templates), ratio {s.ratio}x")
     for note in d.notes:
-        con.print(f"[yellow]note:[/] {note}", markup=True, highlight=False)
+        con.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
 
 @cli.command()
