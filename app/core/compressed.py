@@ -18,6 +18,7 @@ from app.core.types import CompressionStats, Progress
 MAX_TEMPLATES = 50_000
 MAX_SET_MEMBERS = 512
 MAX_FLAGGED = 200
+BINARY_TEXT = "<binary data>"  # the template of lines that are mostly control bytes
 RECENT_PROGRESS = 4  # progress markers remembered: the last one, and whether training went on
 
 

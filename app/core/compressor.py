@@ -19,7 +19,7 @@ from operator import not_
 import regex
 
 from app.core.compressed import (
-    MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
+    BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
     build_log, decode_line,
 )
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, fold_key
@@ -250,9 +250,17 @@ class Compressor:
         self._sample_every = max(1, -(-(n_extract + len(late)) // METRIC_SAMPLES_PER_CHUNK))
         self._tail = [view[j] for j in range(max(0, n - CONTEXT_BEFORE), n)]
 
+    def _note_rank(self, text: str) -> None:
+        """Ranks seen on dropped (metric/progress) lines count as existing: a rank that only
+        prints progress is the silent one when the others time out in a collective."""
+        rank = extract_rank(text)
+        if rank is not None:
+            self._known_ranks.add(rank)
+
     def _note_progress(self, line_no: int, raw: bytes) -> None:
         """Keep the last RECENT_PROGRESS progress markers in line order, one per line (of a
         \\r-rewritten bar, the last segment)."""
+        self._note_rank(decode_line(raw[:200]))
         progress = [p for p in self._progress if p[0] != line_no]
         progress.append((line_no, raw))
         if len(progress) > 1 and progress[-2][0] > line_no:
@@ -359,8 +367,7 @@ class Compressor:
             if len(self._flagged) < MAX_FLAGGED:
                 self._flagged.append((line_no, text))
         if _BINARY_RE.search(text) and len(_BINARY_RE.findall(text)) * 4 > len(text):
-            key = "<binary data>"
-            text = "<binary data>"
+            key = text = BINARY_TEXT
         else:
             key = fold_key(text)
         tpl = self._templates.get(key)
@@ -419,6 +426,7 @@ class Compressor:
         if line_no in self._extracted:  # a new shape's first line may be sampled again
             return
         self._extracted.add(line_no)
+        self._note_rank(text)
         try:
             m = rule.regex.search(text, timeout=MATCH_TIMEOUT_S)
         except TimeoutError:

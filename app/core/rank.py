@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.compressed import CompressedLog
+from app.core.compressed import BINARY_TEXT, CompressedLog
 from app.core.events import ErrorEvent
 from app.core.types import (
     ActionKind, Category, CoOccurring, ErrorType, Evidence, Role, RootCause,
@@ -221,6 +221,15 @@ def _no_events(log: CompressedLog) -> Ranking:
                          + (f" (step {p.step})" if p.step is not None else "")
                          + (f", {log.stats.lines_in - p.line} line(s) before the end" if log.stats.lines_in > p.line else "")
                          + ". The job stopped making progress without an error."))
+        return Ranking(rc, None, [], only_symptoms=False)
+    text_lines = [t for t in log.templates if t.text != BINARY_TEXT]
+    if text_lines:  # output, but no error and no training step: it stalled while starting
+        last = max(text_lines, key=lambda t: t.last_line)
+        rc = RootCause(
+            error_type=ErrorType.Hang, category=Category.FRAMEWORK, confidence=0.3,
+            evidence=[Evidence(line=last.last_line, text=last.text[:2000])],
+            explanation=(f"No error and no training progress in the log; it stops at line {last.last_line}, "
+                         "so the job stalled during start-up (initialisation, data loading, the first step)."))
         return Ranking(rc, None, [], only_symptoms=False)
     rc = RootCause(
         error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1,

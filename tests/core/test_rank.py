@@ -199,6 +199,17 @@ def test_error_words_without_rules_give_unknown_with_low_confidence(pipe):
     assert d.action.kind == "investigate"
 
 
+def test_output_without_errors_or_progress_is_a_start_up_hang(pipe):
+    d = run(pipe, "NCCL INFO comm 0x1 rank 0 nranks 8 - Init COMPLETE\nStarting training loop\n")
+    assert d.root_cause.error_type == "Hang" and d.root_cause.evidence[0].line == 2
+    assert d.root_cause.confidence < 0.4 and d.action.kind == "investigate"
+
+
+def test_binary_junk_is_not_a_hang(pipe):
+    d = pipe.diagnose(io.BytesIO(bytes(range(11, 32)) * 300 + b"\n")).diagnosis
+    assert d.root_cause.error_type == "Unknown"
+
+
 def test_empty_log(pipe):
     d = run(pipe, "")
     assert d.root_cause.error_type == "Unknown" and d.compression.lines_in == 0
