@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.actions.models import ControllerAction
 from app.actions.schemas import ActionOut
-from app.errors import NotFound
+from app.db.lookup import get_or_404
 from app.jobs.service import get_job
 
 
@@ -25,9 +25,7 @@ def record_action(*, session: Session, job_id: int, kind: str, actor: str, dry_r
 
 
 def finish_action(*, session: Session, action_id: int, status: str, result: dict[str, Any]) -> ControllerAction:
-    row = session.get(ControllerAction, action_id)
-    if row is None:
-        raise NotFound(f"action {action_id} does not exist")
+    row = get_or_404(session, ControllerAction, action_id, what="action")
     row.status = status
     row.result = result
     return row

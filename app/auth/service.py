@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import ApiToken, TokenRole
 from app.db.base import utcnow
-from app.errors import NotFound
+from app.db.lookup import get_or_404
 
 PREFIX = "ldx_"
 
@@ -46,9 +46,7 @@ def authenticate(*, session: Session, token: str) -> Principal | None:
 
 
 def revoke_token(*, session: Session, token_id: int) -> ApiToken:
-    row = session.get(ApiToken, token_id)
-    if row is None:
-        raise NotFound(f"token {token_id} does not exist")
+    row = get_or_404(session, ApiToken, token_id, what="token")
     row.revoked_at = row.revoked_at or utcnow()
     return row
 

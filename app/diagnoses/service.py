@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
+from app.db.lookup import get_or_404
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
 from app.diagnoses.schemas import DiagnosisOut, LLMReview
 from app.errors import NotFound
@@ -43,10 +44,7 @@ def request_diagnosis(*, session: Session, job_id: int, attempt: int | None = No
 
 
 def get_diagnosis(*, session: Session, diagnosis_id: int) -> DiagnosisRow:
-    row = session.get(DiagnosisRow, diagnosis_id)
-    if row is None:
-        raise NotFound(f"diagnosis {diagnosis_id} does not exist", detail={"diagnosis_id": diagnosis_id})
-    return row
+    return get_or_404(session, DiagnosisRow, diagnosis_id, what="diagnosis", detail_key="diagnosis_id")
 
 
 def list_for_job(*, session: Session, job_id: int) -> list[DiagnosisRow]:

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.db.engine import insert_returning_ignore
+from app.db.lookup import get_or_404
 from app.errors import NotFound
 from app.jobs.models import Attempt, Job, JobHost, JobState
 from app.jobs.schemas import JobCreate, JobOut
@@ -25,10 +26,7 @@ def to_out(job: Job) -> JobOut:
 
 
 def get_job(*, session: Session, job_id: int) -> Job:
-    job = session.get(Job, job_id)
-    if job is None:
-        raise NotFound(f"job {job_id} does not exist", detail={"job_id": job_id})
-    return job
+    return get_or_404(session, Job, job_id, what="job", detail_key="job_id")
 
 
 def get_attempt(*, session: Session, job: Job, number: int | None = None) -> Attempt:

@@ -16,10 +16,16 @@ from sqlalchemy.orm import Session
 from app.core.rules import RuleError, RuleSet, compile_pattern
 from app.core.types import Category, ErrorType, default_category
 from app.db.base import utcnow
+from app.db.lookup import get_or_404
 from app.errors import Conflict, NotFound
 from app.rules_review.models import ProposalStatus, ProposedRule, RuleKind
 from app.rules_review.rulefiles import append_rule
-from app.rules_review.schemas import ProposedRuleCreate, ProposedRuleOut, RuleOut, RuleSetOut
+from app.rules_review.schemas import (
+    ProposedRuleCreate,
+    ProposedRuleOut,
+    RuleOut,
+    RuleSetOut,
+)
 
 
 def validate_rule(*, pattern: str, evidence: list[str], ruleset: RuleSet) -> dict:
@@ -85,10 +91,7 @@ def propose_rule(*, session: Session, data: ProposedRuleCreate, proposed_by: str
 
 
 def get_proposed(*, session: Session, rule_id: int) -> ProposedRule:
-    row = session.get(ProposedRule, rule_id)
-    if row is None:
-        raise NotFound(f"proposed rule {rule_id} does not exist", detail={"rule_id": rule_id})
-    return row
+    return get_or_404(session, ProposedRule, rule_id, what="proposed rule", detail_key="rule_id")
 
 
 def list_proposed(*, session: Session, status: ProposalStatus | None) -> list[ProposedRule]:
