@@ -16,6 +16,18 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 
 
+def issue_token(database_url: str, role, name: str) -> str:
+    """A new API token written straight into a live server's database (as `logdx token create`)."""
+    from app.auth.service import create_token
+    from app.db.engine import Database
+
+    db = Database(database_url)
+    try:
+        return db.run(create_token, role=role, name=name)[1]
+    finally:
+        db.dispose()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from pathlib import Path
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from app.auth.models import TokenRole
-from app.auth.service import create_token
 from app.db.engine import Database
 from app.diagnoses.models import DiagnosisRow
 from tests.service.conftest import rules_copy, sample_log
-from tests.service.live import LiveServer
+from tests.service.live import LiveServer, issue_token
 
 
 @pytest.fixture
@@ -36,16 +35,16 @@ def server(server_env):
     srv.kill()
 
 
+def _db_url(env: dict[str, str]) -> str:
+    return env.get("LOGDX_DATABASE_URL") or f"sqlite:///{env['LOGDX_DATA_DIR']}/logdx.db"
+
+
 def _db(env: dict[str, str]) -> Database:
-    url = env.get("LOGDX_DATABASE_URL") or f"sqlite:///{env['LOGDX_DATA_DIR']}/logdx.db"
-    return Database(url)
+    return Database(_db_url(env))
 
 
 def _token(env) -> dict[str, str]:
-    db = _db(env)
-    token = db.run(create_token, role=TokenRole.ADMIN, name="crash-test")[1]
-    db.dispose()
-    return {"Authorization": f"Bearer {token}"}
+    return {"Authorization": f"Bearer {issue_token(_db_url(env), TokenRole.ADMIN, 'crash-test')}"}
 
 
 def _slow_body(data: bytes, piece: int, sent: threading.Event, after: int):

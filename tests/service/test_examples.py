@@ -9,10 +9,8 @@ import subprocess
 import pytest
 
 from app.auth.models import TokenRole
-from app.auth.service import create_token
-from app.db.engine import Database
 from tests.service.conftest import REPO, rules_copy, sample_log
-from tests.service.live import LiveServer
+from tests.service.live import LiveServer, issue_token
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
@@ -21,9 +19,7 @@ def test_slurm_epilog_registers_uploads_and_prints_the_diagnosis(tmp_path):
     server = LiveServer({"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(rules_copy(tmp_path / "rules")),
                          "LOGDX_DIAGNOSIS_EXECUTOR": "thread"}).start()
     try:
-        db = Database(f"sqlite:///{data / 'logdx.db'}")
-        token = db.run(create_token, role=TokenRole.SCHEDULER, name="slurm")[1]
-        db.dispose()
+        token = issue_token(f"sqlite:///{data / 'logdx.db'}", TokenRole.SCHEDULER, "slurm")
         log = tmp_path / "slurm-77.out"
         log.write_bytes(sample_log())
         env = {**os.environ, "LOGDX_URL": server.url, "LOGDX_TOKEN": token, "SLURM_JOB_ID": "77",

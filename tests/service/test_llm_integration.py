@@ -26,7 +26,13 @@ from app.llm.ports import LabelledCase, ProposedRule
 from app.rules_review.sink import DbProposedRuleSink
 from app.settings import Settings
 from tests.llm.conftest import FakeOpenAIServer
-from tests.service.conftest import HashEmbedder, bearer, make_settings, new_job, sample_log
+from tests.service.conftest import (
+    HashEmbedder,
+    bearer,
+    make_settings,
+    new_job,
+    sample_log,
+)
 from tests.service.test_errors import assert_error
 
 UNMATCHED_LOG = b"".join(f"iteration {i}/ 100 | lm loss: 2.{i}E+00 |\n".encode() for i in range(20)) + (

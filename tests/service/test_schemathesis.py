@@ -9,10 +9,14 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from app.auth.models import TokenRole
-from app.auth.service import create_token
-from app.db.engine import Database
-from tests.service.conftest import DB_PARAMS, PG_URL, reset_postgres, rules_copy, sample_log
-from tests.service.live import LiveServer
+from tests.service.conftest import (
+    DB_PARAMS,
+    PG_URL,
+    reset_postgres,
+    rules_copy,
+    sample_log,
+)
+from tests.service.live import LiveServer, issue_token
 
 
 @pytest.fixture(scope="module", params=DB_PARAMS)
@@ -26,9 +30,7 @@ def seeded(request, tmp_path_factory):
         env["LOGDX_DATABASE_URL"] = url = PG_URL
     server = LiveServer(env).start()
     try:
-        db = Database(url)
-        headers = {"Authorization": f"Bearer {db.run(create_token, role=TokenRole.ADMIN, name='fuzz')[1]}"}
-        db.dispose()
+        headers = {"Authorization": f"Bearer {issue_token(url, TokenRole.ADMIN, 'fuzz')}"}
         with httpx.Client(base_url=server.url, headers=headers, timeout=30) as api:
             job = api.post("/v1/jobs", json={"cluster": "c", "external_id": "1"}).json()["id"]
             api.put(f"/v1/jobs/{job}/log", content=sample_log())

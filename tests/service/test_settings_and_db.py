@@ -6,7 +6,12 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
 from app.db.engine import Database
-from app.db.migrate import current_revision, head_revision, include_object, upgrade_to_head
+from app.db.migrate import (
+    current_revision,
+    head_revision,
+    include_object,
+    upgrade_to_head,
+)
 from app.db.models import Base
 from app.settings import Settings
 

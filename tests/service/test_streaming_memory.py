@@ -10,10 +10,8 @@ import httpx
 import psutil
 
 from app.auth.models import TokenRole
-from app.auth.service import create_token
-from app.db.engine import Database
 from tests.service.conftest import rules_copy
-from tests.service.live import LiveServer
+from tests.service.live import LiveServer, issue_token
 
 MIB = 1 << 20
 
@@ -23,9 +21,8 @@ def test_large_upload_keeps_server_memory_flat(tmp_path):
     server = LiveServer({"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(rules_copy(tmp_path / "rules")),
                          "LOGDX_DIAGNOSIS_EXECUTOR": "thread"}).start()
     try:
-        db = Database(f"sqlite:///{data / 'logdx.db'}")
-        headers = {"Authorization": f"Bearer {db.run(create_token, role=TokenRole.SCHEDULER, name='m')[1]}"}
-        db.dispose()
+        token = issue_token(f"sqlite:///{data / 'logdx.db'}", TokenRole.SCHEDULER, "m")
+        headers = {"Authorization": f"Bearer {token}"}
         proc = psutil.Process(server.proc.pid)
         api = httpx.Client(base_url=server.url, headers=headers, timeout=120)
         job = api.post("/v1/jobs", json={"cluster": "c", "external_id": "big"}).json()["id"]
