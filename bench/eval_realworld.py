@@ -1,6 +1,15 @@
-"""Root-cause and action accuracy of `logdx diagnose --json` over the labelled real logs.
+"""Accuracy of `logdx diagnose --json` over labelled real logs.
 
-Usage: python bench/eval_realworld.py [CASES_DIR] [--verbose]
+Usage: python bench/eval_realworld.py [CASES_DIR ...] [--verbose] [--json OUT]
+
+A case is a folder with `log.txt` and a label file: `meta.json` (the corpus in
+tests/golden/corpus) or `label.json` (../shared/realworld-dev). Labels: `root_cause` (canonical
+type), `action`, optional `suspect_hosts`, and `negative_control: true` for a run that did not
+fail (or failed for no infrastructure reason the log shows) where the expected answer is given
+by its `root_cause`/`action` as for any other case.
+
+Reports type, family, action and suspect-host accuracy, per source (`source_kind` in meta.json,
+else the folder's name), false alarms on negative controls, and the confusion of the misses.
 Defaults to ../shared/realworld-dev/cases relative to the repository root.
 """
 
@@ -9,9 +18,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.core.types import family_of  # noqa: E402
+
 DEFAULT_CASES = ROOT.parent / "shared" / "realworld-dev" / "cases"
 
 
@@ -21,29 +35,105 @@ def diagnose(log: Path) -> dict:
     return json.loads(out.stdout)
 
 
+def load_label(case: Path) -> dict | None:
+    for name in ("meta.json", "label.json"):
+        if (case / name).exists():
+            return json.loads((case / name).read_text())
+    return None
+
+
+def score_case(case: Path, label: dict) -> dict:
+    d = diagnose(case / "log.txt")
+    got_type, got_act = d["root_cause"]["error_type"], d["action"]["kind"]
+    want_hosts = set(label.get("suspect_hosts") or [])
+    got_hosts = set(d["action"].get("suspect_hosts") or [])
+    return {
+        "case": case.name,
+        "source": label.get("source_kind") or case.parent.name,
+        "negative": bool(label.get("negative_control")),
+        "want_type": label["root_cause"], "got_type": got_type,
+        "want_action": label["action"], "got_action": got_act,
+        "type_ok": got_type == label["root_cause"],
+        "family_ok": family_of(got_type) == family_of(label["root_cause"]),
+        "action_ok": got_act == label["action"],
+        # only scored where the label names hosts: every labelled host named, none extra
+        "host_ok": (got_hosts == want_hosts) if want_hosts else None,
+        "confidence": d["root_cause"]["confidence"],
+    }
+
+
+def summarize(rows: list[dict]) -> dict:
+    def pct(key: str, rs: list[dict]) -> tuple[int, int]:
+        scored = [r for r in rs if r[key] is not None]
+        return sum(bool(r[key]) for r in scored), len(scored)
+
+    by_source: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_source[r["source"]].append(r)
+    negatives = [r for r in rows if r["negative"]]
+    false_alarms = [r for r in negatives if r["got_action"] != r["want_action"]]
+    return {
+        "n": len(rows),
+        "type": pct("type_ok", rows), "family": pct("family_ok", rows),
+        "action": pct("action_ok", rows), "suspect_host": pct("host_ok", rows),
+        "per_source": {s: {k: pct(k, rs) for k in ("type_ok", "family_ok", "action_ok")}
+                       for s, rs in sorted(by_source.items())},
+        "negative_controls": len(negatives), "false_alarms": len(false_alarms),
+        "type_confusion": Counter(f"{r['want_type']} -> {r['got_type']}"
+                                  for r in rows if not r["type_ok"]).most_common(),
+        "action_confusion": Counter(f"{r['want_action']} -> {r['got_action']}"
+                                    for r in rows if not r["action_ok"]).most_common(),
+    }
+
+
+def fmt(pair: tuple[int, int]) -> str:
+    ok, n = pair
+    return f"{ok}/{n} = {ok / n:.1%}" if n else "n/a"
+
+
 def main(argv: list[str]) -> int:
     verbose = "--verbose" in argv
-    args = [a for a in argv if not a.startswith("--")]
-    cases_dir = Path(args[0]) if args else DEFAULT_CASES
-    rows, rc_ok, act_ok = [], 0, 0
-    cases = sorted(p for p in cases_dir.iterdir() if (p / "label.json").exists())
-    for case in cases:
-        label = json.loads((case / "label.json").read_text())
-        d = diagnose(case / "log.txt")
-        got_rc, got_act = d["root_cause"]["error_type"], d["action"]["kind"]
-        ok_rc, ok_act = got_rc == label["root_cause"], got_act == label["action"]
-        rc_ok += ok_rc
-        act_ok += ok_act
-        rows.append((case.name, label["root_cause"], got_rc, ok_rc, label["action"], got_act, ok_act,
-                     d["root_cause"]["confidence"]))
-    print("| case | expected | got | ok | expected action | got action | ok | conf |")
-    print("|---|---|---|---|---|---|---|---|")
+    out_json = None
+    if "--json" in argv:
+        i = argv.index("--json")
+        out_json = Path(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
+    dirs = [Path(a) for a in argv if not a.startswith("--")] or [DEFAULT_CASES]
+    rows = []
+    for cases_dir in dirs:
+        for case in sorted(p for p in cases_dir.iterdir() if p.is_dir()):
+            label = load_label(case)
+            if label is not None and (case / "log.txt").exists():
+                rows.append(score_case(case, label))
+    print("| case | expected | got | type | family | expected action | got action | ok | conf |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    mark = lambda b: "✓" if b else "✗"  # noqa: E731
     for r in rows:
-        if verbose or not (r[3] and r[6]):
-            print(f"| {r[0]} | {r[1]} | {r[2]} | {'✓' if r[3] else '✗'} | {r[4]} | {r[5]} | {'✓' if r[6] else '✗'} | {r[7]} |")
-    n = len(cases)
-    print(f"\nroot cause accuracy: {rc_ok}/{n} = {rc_ok / n:.0%}")
-    print(f"action accuracy:     {act_ok}/{n} = {act_ok / n:.0%}")
+        if verbose or not (r["type_ok"] and r["action_ok"]):
+            print(f"| {r['case']} | {r['want_type']} | {r['got_type']} | {mark(r['type_ok'])} | "
+                  f"{mark(r['family_ok'])} | {r['want_action']} | {r['got_action']} | "
+                  f"{mark(r['action_ok'])} | {r['confidence']} |")
+    s = summarize(rows)
+    print(f"\ncases: {s['n']}")
+    print(f"root cause type:    {fmt(s['type'])}")
+    print(f"root cause family:  {fmt(s['family'])}")
+    print(f"action:             {fmt(s['action'])}")
+    print(f"suspect hosts:      {fmt(s['suspect_host'])} (cases whose label names hosts)")
+    print(f"negative controls:  {s['negative_controls']}, false alarms: {s['false_alarms']}")
+    if len(s["per_source"]) > 1:
+        print("\n| source | type | family | action |\n|---|---|---|---|")
+        for src, p in s["per_source"].items():
+            print(f"| {src} | {fmt(p['type_ok'])} | {fmt(p['family_ok'])} | {fmt(p['action_ok'])} |")
+    if s["type_confusion"]:
+        print("\nmissed types (expected -> got):")
+        for k, c in s["type_confusion"]:
+            print(f"  {c:3d}  {k}")
+    if s["action_confusion"]:
+        print("missed actions (expected -> got):")
+        for k, c in s["action_confusion"]:
+            print(f"  {c:3d}  {k}")
+    if out_json:
+        out_json.write_text(json.dumps({"summary": s, "cases": rows}, indent=1))
     return 0
 
 

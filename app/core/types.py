@@ -82,6 +82,34 @@ def default_category(error_type: ErrorType) -> Category:
     return Category.SCRIPT
 
 
+# Root-cause families: types that one recovery path and one owner share. Accuracy is reported
+# per type and per family (a CUDAError read as an ECCError is the right family, wrong type).
+FAMILIES: dict[str, frozenset[str]] = {
+    "gpu": frozenset({"NVLinkError", "CUDAError", "ECCError"}),
+    "node": frozenset({"NodeFailure"}),
+    "network": frozenset({"NetworkError", "NCCLTimeoutError", "NCCLRemoteError", "ConnectionError"}),
+    "storage": frozenset({"S3StorageError", "StorageError"}),
+    "memory": frozenset({"OutOfMemoryError", "HostOOMKilled", "DataloaderKilled"}),
+    "loss": frozenset({"NaNLoss", "LossSpike"}),
+    "hang": frozenset({"Hang"}),
+    "model_data": frozenset({"ModelLoadingError", "DatasetLoadingError"}),
+    "environment": frozenset({"ImportError", "ModuleNotFoundError", "CalledProcessError"}),
+    "config": frozenset({"ArgumentError", "FileNotFoundError", "PermissionError", "OSError"}),
+    "code": frozenset({"AttributeError", "RuntimeError", "AssertionError", "ValueError",
+                       "ZeroDivisionError", "TypeError", "KeyError", "IndexError", "NameError",
+                       "SyntaxError"}),
+    "unknown": frozenset({"Unknown", "ChildFailedError"}),
+}
+
+
+def family_of(error_type: str) -> str:
+    """The root-cause family of a canonical type name (`unknown` for anything else)."""
+    for name, members in FAMILIES.items():
+        if error_type in members:
+            return name
+    return "unknown"
+
+
 class ActionKind(StrEnum):
     ISOLATE_AND_RESTART = "isolate_and_restart"
     RETRY = "retry"
