@@ -71,7 +71,8 @@ def summarize(rows: list[dict]) -> dict:
     for r in rows:
         by_source[r["source"]].append(r)
     negatives = [r for r in rows if r["negative"]]
-    false_alarms = [r for r in negatives if r["got_action"] != r["want_action"]]
+    # a run that did not fail is diagnosed as no failure: type Unknown, action investigate
+    false_alarms = [r for r in negatives if (r["got_type"], r["got_action"]) != (r["want_type"], r["want_action"])]
     return {
         "n": len(rows),
         "type": pct("type_ok", rows), "family": pct("family_ok", rows),
