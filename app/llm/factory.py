@@ -36,7 +36,8 @@ def backend_options(settings: Settings) -> dict[str, Any]:
     if name == "openai":
         opts: dict[str, Any] = {"base_url": settings.llm_base_url, "api_key": settings.llm_api_key,
                                 "timeout_s": settings.llm_timeout_s, "retries": settings.llm_max_retries,
-                                "max_concurrency": settings.llm_concurrency}
+                                "max_concurrency": settings.llm_concurrency,
+                                "strict_whitespace": settings.llm_strict_whitespace}
         if settings.llm_model:
             opts["model"] = settings.llm_model
         return opts
