@@ -44,7 +44,7 @@ def _agent(llm_backend: str | None, pipeline):
 
     try:
         settings = Settings(**({"llm_backend": llm_backend} if llm_backend else {}))
-        return build_agent(settings, policies=pipeline.ruleset.policies)
+        return build_agent(settings, policies=pipeline.ruleset.policies, ruleset=pipeline.ruleset)
     except ValidationError as exc:
         err = exc.errors()[0]
         _fail(f"bad LLM settings: {'.'.join(map(str, err['loc']))}: {err['msg']}")
@@ -121,13 +121,25 @@ def diagnose(log: str, as_json: bool, rules_dir: str | None, llm_backend: str | 
     def go() -> None:
         with _progress(log) as tick:
             result = pipeline.diagnose(log, on_progress=tick)
-        diagnosis = agent.refine(result) if agent is not None else result.diagnosis
+        diagnosis = agent.refine(result) if agent is not None else _without_llm(result, pipeline)
         if as_json:
             click.echo(json.dumps(diagnosis.to_json_dict(), indent=2, ensure_ascii=False))
         else:
             _print_summary(diagnosis)
 
     _run(go)
+
+
+def _without_llm(result, pipeline):
+    """No model configured: a log no rule explained, with error-looking lines, still gets the
+    nearest rule examples' type (decided_by retrieval) when the embedder is installed."""
+    d = result.diagnosis
+    if d.root_cause.error_type.value != "Unknown":
+        return d
+    from app.llm.factory import build_fallback_agent
+
+    agent = build_fallback_agent(pipeline.ruleset)
+    return agent.refine(result) if agent is not None else d
 
 
 def _print_summary(d) -> None:
