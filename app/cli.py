@@ -219,6 +219,40 @@ def rules_test(rules_dir: str | None) -> None:
     sys.exit(1 if failures else 0)
 
 
+@rules.command("propose")
+@click.argument("log")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+@click.option("--apply", "apply_", is_flag=True,
+              help="Append the validated proposals to the rules directory (what an admin's approval does).")
+def rules_propose(log: str, rules_dir: str | None, apply_: bool) -> None:
+    """Propose filter rules for LOG's bulk metric lines that no filter rule knows (the log agent)."""
+    pipeline = _pipeline(rules_dir)
+
+    def go() -> None:
+        import yaml
+
+        from app.llm.rulewriter import propose_filter_rules
+
+        compressed = pipeline.compress(log)
+        proposals = [p for p in propose_filter_rules(compressed) if p.rule is not None]
+        if not proposals:
+            click.echo("no proposal: every bulk line is already filtered or none looks like a metric", err=True)
+            return
+        for p in proposals:
+            click.echo(f"# {p.rule.validation.get('count')} lines; validation ok; family {p.rule.family}")
+            click.echo(yaml.safe_dump([p.rule.rule], sort_keys=False, allow_unicode=True, width=200))
+        if apply_:
+            from app.core.rules import DEFAULT_RULES_DIR
+            from app.rules_review.rulefiles import append_rule
+
+            target = Path(rules_dir) if rules_dir else DEFAULT_RULES_DIR
+            for p in proposals:
+                append_rule(rules_dir=target, kind=p.rule.kind, family=p.rule.family, rule=p.rule.rule)
+            click.echo(f"appended {len(proposals)} rule(s) to {target}", err=True)
+
+    _run(go)
+
+
 @rules.command("explain")
 @click.argument("line")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
