@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import anyio
 from fastapi import APIRouter, Request
@@ -78,7 +79,9 @@ async def diagnose_once(request: Request, services: ServicesDep, _: Scheduler) -
         services.metrics.ingested_bytes.labels(kind="one_shot").inc(spooled.check.size)
         if spooled.check.error:
             raise InvalidInput(f"the log cannot be decoded: {spooled.check.error}", code="corrupt_log")
+        started = time.perf_counter()
         output = await services.executor.run(spooled.path, None, propose_rules=False)  # nothing stored
+        services.metrics.diagnosis_seconds.labels(mode="one_shot").observe(time.perf_counter() - started)
     finally:
         await anyio.to_thread.run_sync(lambda: spooled.path.unlink(missing_ok=True))
     if "input_error" in output:
