@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.db.engine import insert_ignore
-from app.errors import Conflict, NotFound
+from app.errors import Conflict, InvalidInput, NotFound
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job
 from app.logs.models import JobLog, LogBlob, LogKind, LogStatus
@@ -103,6 +103,25 @@ def record_upload_for(*, session: Session, job_id: int, attempt: int | None, sha
 def check_attempt(*, session: Session, job_id: int, attempt: int | None) -> int:
     job = jobs.get_job(session=session, job_id=job_id)
     return jobs.get_attempt(session=session, job=job, number=attempt).number
+
+
+def check_replacement(*, session: Session, job_id: int, attempt: int | None, size: int, replace: bool) -> None:
+    """Refuse an upload that would silently make the attempt's current log empty or shorter.
+    Earlier logs are never deleted (every upload is its own row and blob), but the newest one is
+    what diagnoses read, so a truncated re-upload must be asked for explicitly (`replace`)."""
+    if size == 0:
+        raise InvalidInput("the request body is empty; nothing was stored (send the log as the raw body, "
+                           "e.g. curl --data-binary @job.log)", code="empty_log")
+    job = jobs.get_job(session=session, job_id=job_id)
+    att = jobs.get_attempt(session=session, job=job, number=attempt)
+    current = current_log(session=session, job_id=job.id, attempt_id=att.id)
+    if replace or current is None or size >= current.size:
+        return
+    raise Conflict(f"attempt {att.number} already has a {current.size}-byte log (log {current.id}); this "
+                   f"{size}-byte body is shorter and was not stored. Add ?replace=true to make it the "
+                   "current log anyway (the earlier one is kept)",
+                   detail={"log_id": current.id, "size": current.size, "new_size": size},
+                   code="log_shrinks")
 
 
 def open_chunked(*, session: Session, job_id: int, attempt: int | None, offset: int) -> LogOut:

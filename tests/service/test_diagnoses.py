@@ -53,7 +53,8 @@ def test_large_log_answers_202_and_can_be_polled(client, sched, settings):
 def test_diagnoses_are_never_overwritten(client, sched):
     job = _uploaded(client, sched)
     first = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()
-    client.put(f"/v1/jobs/{job}/log", content=b"all good\n", headers=sched)
+    assert client.put(f"/v1/jobs/{job}/log", content=b"all good\n", headers=sched,
+                      params={"replace": "true"}).status_code == 201
     second = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()
     assert second["id"] != first["id"]
     listed = client.get(f"/v1/jobs/{job}/diagnoses", headers=sched).json()["items"]
