@@ -79,12 +79,16 @@ def update_chunked_size(*, session: Session, log_id: int, size: int) -> JobLog:
     return log
 
 
-def seal_chunked(*, session: Session, log_id: int, sha256: str, size: int, encoding: str) -> JobLog:
+def seal_chunked(*, session: Session, log_id: int, sha256: str, size: int, encoding: str,
+                 error: str | None = None, warnings: list[str] | None = None) -> JobLog:
+    """Seal a chunked log; a corrupt archive is sealed as `corrupt`, like a PUT of the same bytes."""
     log = session.get(JobLog, log_id)
     if log.status != LogStatus.RECEIVING.value:
         raise Conflict(f"log {log_id} is already complete", detail={"offset": log.size})
     ensure_blob(session=session, sha256=sha256, size=size, encoding=encoding)
-    log.status = LogStatus.COMPLETE.value
+    log.status = (LogStatus.CORRUPT if error else LogStatus.COMPLETE).value
+    log.error = error
+    log.warnings = list(warnings or [])
     log.size = size
     log.blob_sha256 = sha256
     log.encoding = encoding
@@ -147,8 +151,10 @@ def update_size_out(*, session: Session, log_id: int, size: int) -> LogOut:
     return to_out(log, attempt_number(session=session, log=log))
 
 
-def seal_out(*, session: Session, log_id: int, sha256: str, size: int, encoding: str) -> LogOut:
-    log = seal_chunked(session=session, log_id=log_id, sha256=sha256, size=size, encoding=encoding)
+def seal_out(*, session: Session, log_id: int, sha256: str, size: int, encoding: str,
+             error: str | None = None, warnings: list[str] | None = None) -> LogOut:
+    log = seal_chunked(session=session, log_id=log_id, sha256=sha256, size=size, encoding=encoding,
+                       error=error, warnings=warnings)
     return to_out(log, attempt_number(session=session, log=log))
 
 
