@@ -101,6 +101,7 @@ class Partial:
     dropped_by_rule: Counter
     lines_dropped: int
     lines_in: int
+    lines_kept: int  # lines in templates; lines_in == lines_kept + lines_dropped + overflow_lines
     bytes_in: int
     lines_cut: int
     overflow_lines: int
@@ -137,8 +138,10 @@ def merge_partials(parts: list[Partial]) -> Partial:
             if mine is None:
                 if len(head.templates) < MAX_TEMPLATES or t.flagged:
                     head.templates[key] = t
-                else:
-                    head.overflow_lines += t.count
+                else:  # (a template of \r segments may count more than its lines: clamp)
+                    moved = min(t.count, part.lines_kept)
+                    part.lines_kept -= moved
+                    head.overflow_lines += moved
                 continue
             mine.count += t.count
             mine.last_line = max(mine.last_line, t.last_line)
@@ -157,6 +160,7 @@ def merge_partials(parts: list[Partial]) -> Partial:
         head.dropped_by_rule.update(part.dropped_by_rule)
         head.lines_dropped += part.lines_dropped
         head.lines_in += part.lines_in
+        head.lines_kept += part.lines_kept
         head.bytes_in += part.bytes_in
         head.lines_cut += part.lines_cut
         head.overflow_lines += part.overflow_lines
@@ -175,7 +179,7 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         warnings.append(f"{part.overflow_lines} non-error lines beyond {MAX_TEMPLATES} templates were not kept")
     stats = CompressionStats(
         bytes_in=part.bytes_in, bytes_out=0, lines_in=part.lines_in,
-        lines_kept=sum(t.count for t in templates), lines_dropped=part.lines_dropped,
+        lines_kept=part.lines_kept, lines_dropped=part.lines_dropped,
         templates=len(templates), lines_cut=part.lines_cut + report.lines_cut, encoding=report.encoding,
         dropped_by_rule=dict(part.dropped_by_rule.most_common()), warnings=warnings)
     log = CompressedLog(

@@ -151,7 +151,8 @@ class Compressor:
         # the C scan loop when it is built (see app/core/_shapescan.c); same results either way
         self._table = ShapeTable(max(1, len(ruleset.filters))) if (use_c and ShapeTable is not None) else None
         self._sample_every = 1
-        self.lines_in = 0
+        self.lines_in = 0  # lines are LF-separated; the \r segments of a line are parts of it
+        self.lines_kept = 0
         self.bytes_in = 0
         self.lines_cut = 0
         self.overflow_lines = 0
@@ -293,11 +294,9 @@ class Compressor:
             raw = raw[: self.line_cap] + CUT_MARK % self.line_cap
             self.lines_cut += 1
         text = decode_line(raw)
-        if "\r" in text:
-            segments = [s for s in text.split("\r") if s.strip()]
-            for seg in segments:
-                if not self._drop_segment(seg, line_no):
-                    self._keep_line(seg, line_no, lines, i, base)
+        segments = [s for s in text.split("\r") if s.strip()] if "\r" in text else None
+        if segments:
+            self._cr_line(segments, line_no, lines, i, base)
             return
         if shape not in self._keep and len(shape) <= self.line_cap:
             idx = self._judge(text)
@@ -310,7 +309,29 @@ class Compressor:
                 return
             if len(self._keep) < MAX_SHAPE_CACHE:
                 self._keep.add(shape)
-        self._keep_line(text, line_no, lines, i, base)
+        if self._keep_line(text, line_no, lines, i, base):
+            self.lines_kept += 1
+        else:
+            self.overflow_lines += 1
+
+    def _cr_line(self, segments: list[str], line_no: int, lines, i: int, base: int) -> None:
+        """A `\\r`-rewritten line (progress bar): its segments are judged one by one, but it is
+        still one line. It counts as kept when any segment is kept, else as dropped (under the
+        rule of its last segment), so lines_in == lines_kept + lines_dropped + overflow."""
+        kept = False
+        last_rule = None
+        for seg in segments:
+            idx = self._drop_segment(seg, line_no)
+            if idx is None:
+                kept = self._keep_line(seg, line_no, lines, i, base) or kept
+            else:
+                last_rule = idx
+        if kept:
+            self.lines_kept += 1
+        elif last_rule is not None:
+            self._str_dropped[last_rule] += 1
+        else:
+            self.overflow_lines += 1
 
     def _judge(self, text: str) -> int | None:
         """Index of the filter rule that drops this line, or None (never drop an error)."""
@@ -331,13 +352,14 @@ class Compressor:
             self._progress_shapes.add(shape)
             self._note_progress(line_no, raw)
 
-    def _drop_segment(self, seg: str, line_no: int) -> bool:
+    def _drop_segment(self, seg: str, line_no: int) -> int | None:
+        """The filter rule that drops this `\\r` segment, or None to keep it."""
         shape = seg.translate(SHAPE_DELETE_STR)
         idx = self._str_drop.get(shape)
         if idx is None:
             idx = self._judge(seg)
             if idx is None:
-                return False
+                return None
             if len(self._str_drop) < MAX_SHAPE_CACHE:
                 self._str_drop[shape] = idx
             rule = self.ruleset.filters[idx]
@@ -346,10 +368,10 @@ class Compressor:
         rule = self.ruleset.filters[idx]
         if rule.spec.progress:
             self._note_progress(line_no, seg.encode())
-        self._str_dropped[idx] += 1
-        return True
+        return idx
 
-    def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int) -> None:
+    def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int) -> bool:
+        """Fold the line into its template; False when it was not kept (template cap)."""
         rank = extract_rank(text)
         host = extract_host(text)
         if rank is not None:
@@ -373,8 +395,7 @@ class Compressor:
         tpl = self._templates.get(key)
         if tpl is None:
             if len(self._templates) >= MAX_TEMPLATES and not flagged:
-                self.overflow_lines += 1
-                return
+                return False
             tpl = Template(text=text, first_line=line_no, last_line=line_no)
             self._templates[key] = tpl
         else:
@@ -387,6 +408,7 @@ class Compressor:
             tpl.hosts.add(host)
         if flagged and tpl.count == 1:
             self._add_context(lines, i, base)
+        return True
 
     def _record(self, hits: list[Hit[DiagnosisRule]], text: str, line_no: int,
                 rank: int | None, host: str | None) -> None:
@@ -472,7 +494,7 @@ class Compressor:
             dropped_by_rule[self.ruleset.filters[self._drop[shape]].id] += count
         for idx, count in self._str_dropped.items():
             dropped_by_rule[self.ruleset.filters[idx].id] += count
-        lines_dropped = sum(self._dropped_shapes.values())
+        lines_dropped = sum(self._dropped_shapes.values()) + sum(self._str_dropped.values())
         if self._table is not None:
             c_counts = Counter(dict(enumerate(self._table.counts()))) + self._c_dropped
             for idx, count in c_counts.items():
@@ -485,7 +507,7 @@ class Compressor:
             rule_counts=self.rule_counts, metrics=self._metrics, nan_points=self._nan,
             progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
             known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
-            lines_dropped=lines_dropped, lines_in=self.lines_in,
+            lines_dropped=lines_dropped, lines_in=self.lines_in, lines_kept=self.lines_kept,
             bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines)
 
     def finish(self, report: IngestReport) -> CompressedLog:

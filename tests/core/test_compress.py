@@ -92,9 +92,36 @@ def test_carriage_return_progress_bars_are_split(rules_min, compress_source):
     bar = "\r".join(f"  {p}%|{'█' * (p // 10)}     | {p}/100 [00:01<00:20,  4.6it/s]" for p in range(0, 101, 5))
     data = (bar + "\rRuntimeError: CUDA error: uncorrectable ECC error encountered\n").encode()
     log = compress_source(io.BytesIO(data), rules_min)
-    assert log.stats.dropped_by_rule.get("t-tqdm") == 21
+    # one line (LF-separated): kept, because one of its segments is an error
+    assert (log.stats.lines_in, log.stats.lines_kept, log.stats.lines_dropped) == (1, 1, 0)
     assert [o.line for o in log.occurrences] == [1]
     assert "4.6it/s" not in log.text
+
+
+def test_line_counts_add_up_with_carriage_returns(rules_min, compress_source):
+    """lines_in counts LF-separated lines; the \\r segments of a line are parts of it, so a line
+    is kept once (any segment kept) or dropped once (every segment dropped)."""
+    bar = "\r".join(f"  {p}%|{'#' * (p // 10)}| {p}/100 [00:01<00:20,  4.6it/s]" for p in range(0, 101, 10))
+    lines = [bar] * 5  # dropped: every segment is a progress bar
+    lines += ["loading shard 1\rloading shard 2\rloading shard 3"] * 4  # kept: three kept segments
+    lines += [bar + "\rKeyError: 'lr'"]  # kept: one error segment
+    lines += ["\r\r", "plain line", ""]  # blank segments only: an ordinary line
+    log = compress_source(io.BytesIO(("\n".join(lines) + "\n").encode()), rules_min)
+    s = log.stats
+    assert s.lines_in == 13
+    assert (s.lines_kept, s.lines_dropped) == (8, 5)
+    assert s.dropped_by_rule == {"t-tqdm": 5}
+    assert sum(t.count for t in log.templates) >= s.lines_kept  # templates count segments
+
+
+def test_line_counts_add_up_on_random_bytes(rules_min, compress_source):
+    import random
+
+    data = random.Random(1).randbytes(1 << 20)
+    s = compress_source(io.BytesIO(data), rules_min).stats
+    assert s.lines_in == data.count(b"\n") + (not data.endswith(b"\n"))
+    assert s.lines_kept + s.lines_dropped <= s.lines_in
+    assert s.lines_kept <= s.lines_in
 
 
 def test_bad_bytes_never_crash(rules_min, compress_source):
