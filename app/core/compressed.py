@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from app.core.binary import BINARY_RULE_ID, BINARY_SHARE
 from app.core.fields import extract_time
 from app.core.ingest import IngestReport
 from app.core.rules import DiagnosisRule, RuleSet
@@ -105,6 +106,8 @@ class Partial:
     bytes_in: int
     lines_cut: int
     overflow_lines: int
+    binary_bytes: int = 0  # bytes of chunks judged binary (app/core/binary.py)
+    binary_chunks: int = 0
 
     def shifted(self, offset: int) -> Partial:
         """The same findings with every line number moved by `offset` (for a later byte range)."""
@@ -164,6 +167,8 @@ def merge_partials(parts: list[Partial]) -> Partial:
         head.bytes_in += part.bytes_in
         head.lines_cut += part.lines_cut
         head.overflow_lines += part.overflow_lines
+        head.binary_bytes += part.binary_bytes
+        head.binary_chunks += part.binary_chunks
     return head
 
 
@@ -175,6 +180,11 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
     recent = [Progress(step=steps.get(line_no) or _step_of(ruleset, ptext), line=line_no,
                        time=extract_time(ptext), text=ptext[:500]) for line_no, ptext in part.progress]
     warnings = list(report.warnings)
+    if part.binary_bytes:
+        skipped = part.dropped_by_rule.get(BINARY_RULE_ID, 0)
+        warnings.append(f"{part.binary_bytes} bytes in {part.binary_chunks} chunk(s) look like binary data "
+                        f"(over {BINARY_SHARE:.0%} control bytes or invalid UTF-8): {skipped} non-text lines "
+                        "in them were skipped, their text lines were read")
     if part.overflow_lines:
         warnings.append(f"{part.overflow_lines} non-error lines beyond {MAX_TEMPLATES} templates were not kept")
     stats = CompressionStats(

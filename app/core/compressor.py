@@ -18,6 +18,7 @@ from operator import not_
 
 import regex
 
+from app.core.binary import BINARY_SHARE, BINARY_RULE_ID, is_text_line, nontext_share
 from app.core.compressed import (
     BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
     build_log, decode_line,
@@ -156,9 +157,14 @@ class Compressor:
         self.bytes_in = 0
         self.lines_cut = 0
         self.overflow_lines = 0
+        self.binary_bytes = 0  # bytes of chunks judged binary
+        self.binary_chunks = 0
+        self.binary_lines = 0  # non-text lines skipped in them
 
     # ---- hot path -------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> None:
+        if self._binary_chunk(chunk, len(chunk)):
+            return
         self.bytes_in += len(chunk)
         if self._table is not None:
             self._feed_c(chunk)
@@ -207,8 +213,41 @@ class Compressor:
         if self._table is None:
             self.feed(bytes(buf[:length]))
             return
+        if self._binary_chunk(buf, length):
+            return
         self.bytes_in += length
         self._feed_c(buf, length)
+
+    def _binary_chunk(self, buf: bytes | bytearray, length: int) -> bool:
+        """Handle a chunk that is mostly binary (see app/core/binary.py): only its clean text
+        lines are read; the others count as dropped under BINARY_RULE_ID. False for text."""
+        share = nontext_share(buf, length)
+        if share < BINARY_SHARE:
+            return False
+        data = bytes(buf[:length])
+        lines = data.split(b"\n")
+        if data.endswith(b"\n"):
+            lines.pop()
+        base = self.lines_in + 1
+        self.lines_in += len(lines)
+        self.bytes_in += length
+        self._extracted.clear()
+        self._after = 0  # no context lines from binary junk
+        skipped = 0
+        for i, line in enumerate(lines):
+            if not is_text_line(line):
+                skipped += 1
+                continue
+            shape = line.translate(None, DIGITS)
+            if shape in self._drop:
+                self._dropped_shapes[shape] += 1
+                continue
+            self._survivor(lines, None, i, base, raw=line)
+        self.binary_lines += skipped
+        self.binary_bytes += length
+        self.binary_chunks += 1
+        self._tail = [line for line in lines[-CONTEXT_BEFORE:] if is_text_line(line)]
+        return True
 
     def _feed_c(self, chunk: bytes | bytearray, length: int | None = None) -> None:
         """The same as the pure-Python path, with the per-line loop in C (`ShapeTable.scan`)."""
@@ -380,15 +419,17 @@ class Compressor:
             self._known_hosts.add(host)
         hits = self.diag.hits(text)
         flagged = bool(hits)
+        # mostly control bytes: rules may still match, the error heuristic must not ("nan" in junk)
+        binary = bool(_BINARY_RE.search(text)) and len(_BINARY_RE.findall(text)) * 4 > len(text)
         if hits:
             self._record(hits, text, line_no, rank, host)
         elif _CHAIN_RE.search(text):
             self._chain_pending.add(rank)
-        elif _ERROR_HINT.search(text):
+        elif not binary and _ERROR_HINT.search(text):
             flagged = True
             if len(self._flagged) < MAX_FLAGGED:
                 self._flagged.append((line_no, text))
-        if _BINARY_RE.search(text) and len(_BINARY_RE.findall(text)) * 4 > len(text):
+        if binary:
             key = text = BINARY_TEXT
         else:
             key = fold_key(text)
@@ -501,6 +542,9 @@ class Compressor:
                 if count:
                     dropped_by_rule[self.ruleset.filters[idx].id] += count
             lines_dropped += sum(c_counts.values())
+        if self.binary_lines:
+            dropped_by_rule[BINARY_RULE_ID] += self.binary_lines
+            lines_dropped += self.binary_lines
         progress = [(line_no, decode_line(raw)) for line_no, raw in self._progress]
         return Partial(
             templates=self._templates, context=self._context, occurrences=self._occ,
@@ -508,7 +552,8 @@ class Compressor:
             progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
             known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
             lines_dropped=lines_dropped, lines_in=self.lines_in, lines_kept=self.lines_kept,
-            bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines)
+            bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines,
+            binary_bytes=self.binary_bytes, binary_chunks=self.binary_chunks)
 
     def finish(self, report: IngestReport) -> CompressedLog:
         return build_log(self.partial(), self.ruleset, report)
