@@ -229,3 +229,25 @@ def test_a_mostly_binary_line_among_text_is_not_an_error_hint(rules_min, compres
     log = compress_source(io.BytesIO(data), rules_min)
     assert log.stats.lines_in == 3
     assert log.flagged_lines == []
+
+
+def test_progress_of_a_compressed_file_is_compressed_bytes_read(tmp_path, rules_min, compress_source):
+    import gzip
+
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(make_log(20_000).encode(), compresslevel=1))
+    ticks: list[int] = []
+    compress_source(path, rules_min, chunk_size=256 * 1024, on_progress=ticks.append)
+    assert sum(ticks) == path.stat().st_size  # of the total a bar knows: the file size
+    assert len(ticks) > 3  # as it goes, not once at the end
+
+
+def test_parallel_workers_report_progress_while_they_scan(tmp_path, rules_min, monkeypatch, compress_source):
+    path = tmp_path / "big.log"
+    path.write_text(make_log(40_000))
+    monkeypatch.setattr(compress_mod, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(compress_mod, "PROGRESS_POLL_S", 0.001)
+    ticks: list[int] = []
+    compress_source(path, rules_min, workers=2, chunk_size=64 * 1024, on_progress=ticks.append)
+    assert sum(ticks) == path.stat().st_size
+    assert len(ticks) > 2  # the bar moves while the workers run, not only at the end
