@@ -89,6 +89,7 @@ def _compress_range(args: tuple[str, int, int, int, bool]) -> tuple[Partial, Ing
     assert _WORKER_RULESET is not None
     report = IngestReport()
     comp = Compressor(_WORKER_RULESET, use_c=use_c)
+    comp.rank_hosts.budget -= start  # NCCL init lines are looked for at the start of the log only
     done = _WORKER_PROGRESS
     for buf, length in iter_file_buffers(Path(path), report, start, end, chunk_size=chunk_size):
         comp.feed_buffer(buf, length)

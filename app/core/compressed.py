@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from app.core.binary import BINARY_RULE_ID, BINARY_SHARE
 from app.core.fields import extract_time
+from app.core.placement import RankHosts
 from app.core.ingest import IngestReport
 from app.core.rules import DiagnosisRule, RuleSet
 from app.core.types import CompressionStats, Progress
@@ -79,6 +80,7 @@ class CompressedLog:
     known_hosts: set[str]
     flagged_lines: list[tuple[int, str]]  # error-looking lines no rule explained (first ones)
     rendered: str | None = None  # the compact text, rendered once the stats are final
+    rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host (NCCL init lines)
 
     @property
     def text(self) -> str:
@@ -108,6 +110,7 @@ class Partial:
     overflow_lines: int
     binary_bytes: int = 0  # bytes of chunks judged binary (app/core/binary.py)
     binary_chunks: int = 0
+    rank_hosts: RankHosts = field(default_factory=RankHosts)
 
     def shifted(self, offset: int) -> Partial:
         """The same findings with every line number moved by `offset` (for a later byte range)."""
@@ -169,6 +172,7 @@ def merge_partials(parts: list[Partial]) -> Partial:
         head.overflow_lines += part.overflow_lines
         head.binary_bytes += part.binary_bytes
         head.binary_chunks += part.binary_chunks
+        head.rank_hosts.merge(part.rank_hosts)
     return head
 
 
@@ -196,7 +200,7 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         templates=templates, context=part.context, occurrences=part.occurrences,
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
-        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED])
+        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.hosts)
     out = render(log)
     stats.bytes_out = len(out.encode("utf-8"))
     stats.ratio = round(stats.bytes_in / stats.bytes_out, 1) if stats.bytes_out else 0.0

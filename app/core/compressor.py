@@ -26,6 +26,7 @@ from app.core.compressed import (
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, fold_key
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
 from app.core.matcher import Hit, MultiMatcher
+from app.core.placement import RankHosts
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 
 try:  # the optional C scan loop (setup.py builds it; pure Python is the fallback)
@@ -160,12 +161,14 @@ class Compressor:
         self.binary_bytes = 0  # bytes of chunks judged binary
         self.binary_chunks = 0
         self.binary_lines = 0  # non-text lines skipped in them
+        self.rank_hosts = RankHosts()  # global rank -> host from NCCL init lines (dropped as chatter)
 
     # ---- hot path -------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> None:
         if self._binary_chunk(chunk, len(chunk)):
             return
         self.bytes_in += len(chunk)
+        self.rank_hosts.scan(chunk, len(chunk))
         if self._table is not None:
             self._feed_c(chunk)
             return
@@ -216,6 +219,7 @@ class Compressor:
         if self._binary_chunk(buf, length):
             return
         self.bytes_in += length
+        self.rank_hosts.scan(buf, length)
         self._feed_c(buf, length)
 
     def _binary_chunk(self, buf: bytes | bytearray, length: int) -> bool:
@@ -553,7 +557,7 @@ class Compressor:
             known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
             lines_dropped=lines_dropped, lines_in=self.lines_in, lines_kept=self.lines_kept,
             bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines,
-            binary_bytes=self.binary_bytes, binary_chunks=self.binary_chunks)
+            binary_bytes=self.binary_bytes, binary_chunks=self.binary_chunks, rank_hosts=self.rank_hosts)
 
     def finish(self, report: IngestReport) -> CompressedLog:
         return build_log(self.partial(), self.ruleset, report)
