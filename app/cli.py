@@ -52,11 +52,25 @@ def _agent(llm_backend: str | None, pipeline):
         _fail(f"bad LLM settings: {exc}")
 
 
+def _bar_total(source: str) -> int | None:
+    """The bytes a progress bar counts to, or None for no bar: a plain file of
+    PROGRESS_MIN_BYTES or more, a gz/zst file of an eighth of that (it expands ~10x; its bar
+    counts compressed bytes read)."""
+    path = Path(source)
+    if source == "-" or not path.is_file():
+        return None
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    compressed = head.startswith((b"\x1f\x8b", b"\x28\xb5\x2f\xfd"))
+    return size if size >= (PROGRESS_MIN_BYTES // 8 if compressed else PROGRESS_MIN_BYTES) else None
+
+
 @contextmanager
 def _progress(source: str):
     """A byte progress bar on stderr for big inputs, only when stderr is a terminal."""
-    size = Path(source).stat().st_size if source != "-" and Path(source).is_file() else 0
-    if not sys.stderr.isatty() or size < PROGRESS_MIN_BYTES:
+    size = _bar_total(source) if sys.stderr.isatty() else None
+    if size is None:
         yield None
         return
     from rich.console import Console
@@ -65,7 +79,6 @@ def _progress(source: str):
     with Progress("[progress.description]{task.description}", BarColumn(), TransferSpeedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("reading", total=size)
-        # decompressed bytes may exceed the file size for gz/zst; the bar just fills up
         yield lambda n: bar.advance(task, n)
 
 

@@ -14,6 +14,7 @@ from typing import BinaryIO
 from app import __version__
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
+from app.core.placement import JobPlacement, name_hosts
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
 from app.core.rules import RuleSet, load_rules
@@ -28,6 +29,7 @@ class DiagnosisResult:
     compressed: CompressedLog
     events: list[ErrorEvent]
     ranking: Ranking
+    job: JobPlacement | None = None  # what the scheduler registered (hosts, GPU count), if known
 
 
 class Pipeline:
@@ -40,21 +42,22 @@ class Pipeline:
         return compress_source(source, self.ruleset, on_progress=on_progress, workers=workers)
 
     def diagnose(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
-                 workers: int | None = None) -> DiagnosisResult:
-        return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers))
+                 workers: int | None = None, job: JobPlacement | None = None) -> DiagnosisResult:
+        """`job`: the registered job's hosts and GPU count, to name the host of a suspect rank."""
+        return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers), job=job)
 
-    def diagnose_compressed(self, log: CompressedLog) -> DiagnosisResult:
+    def diagnose_compressed(self, log: CompressedLog, *, job: JobPlacement | None = None) -> DiagnosisResult:
         events = events_from_log(log)
         ranking = rank_events(events, log)
-        action = self.decide_action(ranking, log)
+        action = self.decide_action(ranking, log, job=job)
         diagnosis = Diagnosis(
             root_cause=ranking.root, co_occurring=ranking.co_occurring, action=action,
             decided_by=DecidedBy.RULES, compression=log.stats, last_progress=log.last_progress,
             versions=Versions(rules=self.ruleset.version, logdx=__version__),
             notes=list(log.stats.warnings))
-        return DiagnosisResult(diagnosis, log, events, ranking)
+        return DiagnosisResult(diagnosis, log, events, ranking, job)
 
-    def decide_action(self, ranking: Ranking, log: CompressedLog) -> Action:
+    def decide_action(self, ranking: Ranking, log: CompressedLog, *, job: JobPlacement | None = None) -> Action:
         root, ev = ranking.root, ranking.root_event
         ctx = PolicyContext(
             error_type=root.error_type, category=root.category, confidence=root.confidence,
@@ -76,4 +79,5 @@ class Pipeline:
         reason = decision.reason
         if ranks and decision.policy_id == "nccl-timeout-silent-rank":
             reason += f" Silent rank(s): {', '.join(map(str, ranks))}."
-        return Action(kind=decision.kind, suspect_hosts=hosts[:32], suspect_ranks=ranks[:64], reason=reason)
+        action = Action(kind=decision.kind, suspect_hosts=hosts[:32], suspect_ranks=ranks[:64], reason=reason)
+        return name_hosts(action, rank_hosts=log.rank_hosts, job=job)

@@ -16,6 +16,7 @@ from typing import Any
 
 from app.core.ingest import InputError
 from app.core.pipeline import Pipeline
+from app.core.placement import JobPlacement
 from app.diagnoses.refine import LLMRefiner
 from app.llm.retrieval import failure_signature
 from app.logs.storage import BoundedReader
@@ -34,7 +35,8 @@ def build_refiner(settings: Settings, **kwargs: Any) -> LLMRefiner | None:
 
 
 def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMRefiner | None = None, *,
-                 diagnosis_id: int | None = None, propose_rules: bool = True) -> dict[str, Any]:
+                 diagnosis_id: int | None = None, propose_rules: bool = True,
+                 job: JobPlacement | None = None) -> dict[str, Any]:
     """Diagnose the first `limit` bytes of `path`, then let the LLM review it when the rules are
     unsure. Returns plain data (it crosses processes)."""
     try:
@@ -48,7 +50,7 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
         source = path if whole else BoundedReader(raw, limit)
         workers = None if threading.current_thread() is threading.main_thread() else 1
         try:
-            result = pipeline.diagnose(source, workers=workers)
+            result = pipeline.diagnose(source, workers=workers, job=job)
         except InputError as exc:
             return {"input_error": str(exc)}
     output: dict[str, Any] = {"diagnosis": result.diagnosis.to_json_dict(),
@@ -79,10 +81,11 @@ def _init_worker(settings: Settings) -> None:
     _WORKER = _WorkerState(build_pipeline(settings), build_refiner(settings))
 
 
-def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool) -> dict[str, Any]:
+def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool,
+                   job: JobPlacement | None = None) -> dict[str, Any]:
     assert _WORKER is not None, "worker initializer did not run"
     return run_pipeline(_WORKER.pipeline, path, limit, _WORKER.refiner, diagnosis_id=diagnosis_id,
-                        propose_rules=propose_rules)
+                        propose_rules=propose_rules, job=job)
 
 
 class PipelineExecutor:
@@ -114,14 +117,14 @@ class PipelineExecutor:
             pool.shutdown(wait=False, cancel_futures=False)
 
     async def run(self, path: Path, limit: int | None, *, diagnosis_id: int | None = None,
-                  propose_rules: bool = True, retries: int = 1) -> dict[str, Any]:
+                  propose_rules: bool = True, retries: int = 1, job: JobPlacement | None = None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         pool = self._get_pool()
         if isinstance(pool, ProcessPoolExecutor):
-            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules)
+            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules, job)
         else:
             call = partial(run_pipeline, self.pipeline, str(path), limit, self.refiner,
-                           diagnosis_id=diagnosis_id, propose_rules=propose_rules)
+                           diagnosis_id=diagnosis_id, propose_rules=propose_rules, job=job)
         try:
             return await loop.run_in_executor(pool, call)
         except BrokenProcessPool:
@@ -137,7 +140,7 @@ class PipelineExecutor:
                 raise
             # the pool was replaced (new rules) between picking it and submitting: use the new one
         return await self.run(path, limit, diagnosis_id=diagnosis_id, propose_rules=propose_rules,
-                              retries=retries - 1)
+                              retries=retries - 1, job=job)
 
     def shutdown(self) -> None:
         if self._pool is not None:

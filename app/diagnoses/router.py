@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import anyio
 from fastapi import APIRouter, Request
@@ -69,16 +70,17 @@ def get_compressed(diagnosis_id: ObjectId, services: ServicesDep, _: Engineer) -
 @router.post("/v1/diagnose", response_model=Diagnosis, response_model_by_alias=True,
              openapi_extra=RAW_LOG_BODY, tags=["one-shot"])
 async def diagnose_once(request: Request, services: ServicesDep, _: Scheduler) -> dict:
-    """One-shot: the log as the body in, the diagnosis contract out. Nothing is stored."""
+    """One-shot: the log as the body in, the diagnosis contract out. Nothing is stored. A corrupt
+    archive is diagnosed on what decodes, with a warning in `compression.warnings`."""
     check_content_type(request)
     settings = services.settings
     spooled = await spool_body(request, spool=services.store.new_spool(), limit=settings.max_upload_bytes,
                                buffer_bytes=settings.upload_chunk_bytes, durable=False)
     try:
         services.metrics.ingested_bytes.labels(kind="one_shot").inc(spooled.check.size)
-        if spooled.check.error:
-            raise InvalidInput(f"the log cannot be decoded: {spooled.check.error}", code="corrupt_log")
+        started = time.perf_counter()
         output = await services.executor.run(spooled.path, None, propose_rules=False)  # nothing stored
+        services.metrics.diagnosis_seconds.labels(mode="one_shot").observe(time.perf_counter() - started)
     finally:
         await anyio.to_thread.run_sync(lambda: spooled.path.unlink(missing_ok=True))
     if "input_error" in output:

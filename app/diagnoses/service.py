@@ -30,6 +30,8 @@ class Claim:
     job_log_id: int
     blob_sha256: str | None  # None: chunked log still open, read the part file
     log_bytes: int
+    hosts: tuple[str, ...] = ()  # the job's registered hosts and GPU count: rank -> host
+    gpu_count: int | None = None
 
 
 def request_diagnosis(*, session: Session, job_id: int, attempt: int | None = None) -> DiagnosisRow:
@@ -67,7 +69,8 @@ def claim_diagnosis(*, session: Session, diagnosis_id: int) -> Claim | None:
     row.runs = (row.runs or 0) + 1
     row.started_at = utcnow()
     log = session.get(JobLog, row.job_log_id)
-    return Claim(row.id, log.id, log.blob_sha256, row.log_bytes)
+    job = session.get(Job, row.job_id)
+    return Claim(row.id, log.id, log.blob_sha256, row.log_bytes, tuple(job.host_names), job.gpu_count or None)
 
 
 def _set_effective_cause(session: Session, row: DiagnosisRow) -> None:

@@ -18,6 +18,7 @@ import anyio
 from sqlalchemy import text
 
 from app.api.metrics import Metrics
+from app.core.placement import JobPlacement
 from app.db.engine import Database
 from app.diagnoses import service
 from app.diagnoses.executor import PipelineExecutor
@@ -40,7 +41,8 @@ class DiagnosisWorker:
                 else self.store.part_path(claim.job_log_id))
         started = time.perf_counter()
         try:
-            output = await self.executor.run(path, claim.log_bytes, diagnosis_id=diagnosis_id)
+            job = JobPlacement(claim.hosts, claim.gpu_count)
+            output = await self.executor.run(path, claim.log_bytes, diagnosis_id=diagnosis_id, job=job)
         except Exception as exc:  # noqa: BLE001 - recorded on the row, never lost
             log.exception("diagnosis %s crashed", diagnosis_id)
             error = f"internal error: {exc!r}"

@@ -386,7 +386,7 @@ class FailureAgent:
                        gpu=next(iter(sorted(getattr(event, "gpus", ()) or ())), None) if event is not None else None,
                        xid=next(iter(sorted(getattr(event, "xids", ()) or ())), None) if event is not None else None)
         co = _co_occurring_after_switch(original, event, result)
-        action = self._action(v.error_type, category, rc.confidence, event, v.action, "the LLM")
+        action = _named(self._action(v.error_type, category, rc.confidence, event, v.action, "the LLM"), result)
         notes.append(f"llm ({v.model}, {v.prompt_ref}, {v.mode}) chose {v.choice} -> {v.error_type.value} "
                      f"with confidence {v.confidence:.2f}; "
                      + ("agrees with the rules" if same else
@@ -421,11 +421,20 @@ class FailureAgent:
                        evidence=evidence, rule_id=getattr(event, "rule_id", None),
                        explanation=f"Similar labelled failures agree on {rv.error_type.value}: {ids}.")
         co = _co_occurring_after_switch(original, event, result) if event is not None else original.co_occurring
-        action = self._action(rv.error_type, rv.category, rc.confidence, event, rv.action, "similar past cases")
+        action = _named(self._action(rv.error_type, rv.category, rc.confidence, event, rv.action,
+                                     "similar past cases"), result)
         notes.append(f"retrieval vote: {rv.error_type.value} (confidence {rv.confidence:.2f}) from {ids}; "
                      f"rules had {original.root_cause.error_type.value} ({original.root_cause.confidence:.2f})")
         return original.model_copy(update={"root_cause": rc, "co_occurring": co, "action": action,
                                            "decided_by": DecidedBy.RETRIEVAL, "notes": [*original.notes, *notes]})
+
+
+def _named(action: Action, result: Any) -> Action:
+    """The hosts of an isolate action, as the pipeline names them (or investigate)."""
+    from app.core.placement import name_hosts
+
+    return name_hosts(action, rank_hosts=getattr(result.compressed, "rank_hosts", {}) or {},
+                      job=getattr(result, "job", None))
 
 
 def _cited_in(text: str) -> list[str]:
