@@ -56,24 +56,37 @@ def _open_binary(source: str | Path | BinaryIO) -> tuple[BinaryIO, bool]:
 
 
 class _ZstdReader:
-    """Incremental zstd decoding that notices truncation (zstandard's stream_reader does not)."""
+    """Incremental zstd decoding that notices truncation (zstandard's stream_reader does not).
 
-    RAW_PIECE = 128 * 1024
+    Output per step is bounded: zstandard's decompressobj returns everything a piece of input
+    expands to, and every zstd block (at least 3 header bytes) expands to at most 128 KiB, so a
+    piece of RAW_PIECE compressed bytes yields at most RAW_PIECE / 3 * 128 KiB (about 2.7 MiB)
+    whatever the input. Small pieces cost little: decoding runs in C either way."""
+
+    RAW_PIECE = 64  # compressed bytes fed per decompress call (the output bound above)
+    RAW_READ = 128 * 1024  # compressed bytes read from the source at a time
 
     def __init__(self, raw) -> None:
         self._raw = raw
         self._dobj = zstandard.ZstdDecompressor().decompressobj()
         self._buf = bytearray()
+        self._pending = b""  # compressed bytes read but not yet fed
+        self._pos = 0
         self._raw_eof = False
 
     def read(self, n: int) -> bytes:
-        while len(self._buf) < n and not self._raw_eof:
-            piece = self._raw.read(self.RAW_PIECE)
-            if not piece:
-                self._raw_eof = True
-                if not self._dobj.eof:
-                    raise EOFError("zstd frame ended early")
-                break
+        while len(self._buf) < n:
+            if self._pos >= len(self._pending):
+                if self._raw_eof:
+                    break
+                self._pending, self._pos = self._raw.read(self.RAW_READ), 0
+                if not self._pending:
+                    self._raw_eof = True
+                    if not self._dobj.eof:
+                        raise EOFError("zstd frame ended early")
+                    break
+            piece = self._pending[self._pos: self._pos + self.RAW_PIECE]
+            self._pos += len(piece)
             while piece:
                 if self._dobj.eof:  # a new frame follows the previous one
                     self._dobj = zstandard.ZstdDecompressor().decompressobj()
