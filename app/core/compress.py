@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from app.core.compressed import CompressedLog, Partial, build_log, merge_partials
 from app.core.compressor import Compressor, ShapeTable
-from app.core.ingest import CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, iter_chunks, iter_file_buffers
+from app.core.ingest import CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, Limits, iter_chunks, iter_file_buffers
 from app.core.rules import RuleSet
 
 __all__ = ["CompressedLog", "Compressor", "ShapeTable", "compress_source"]
@@ -50,24 +50,25 @@ def _ranges(path: Path, parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-def _compress_range(args: tuple[str, int, int, int, bool]) -> tuple[Partial, IngestReport]:
-    path, start, end, chunk_size, use_c = args
+def _compress_range(args: tuple[str, int, int, int, bool, Limits | None]) -> tuple[Partial, IngestReport]:
+    path, start, end, chunk_size, use_c, limits = args
     assert _WORKER_RULESET is not None
     report = IngestReport()
     comp = Compressor(_WORKER_RULESET, use_c=use_c)
-    for buf, length in iter_file_buffers(Path(path), report, start, end, chunk_size=chunk_size):
+    for buf, length in iter_file_buffers(Path(path), report, start, end, chunk_size=chunk_size, limits=limits):
         comp.feed_buffer(buf, length)
     return comp.partial(), report
 
 
 def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: int,
-                       on_progress: Callable[[int], None] | None, use_c: bool) -> CompressedLog:
+                       on_progress: Callable[[int], None] | None, use_c: bool,
+                       limits: Limits | None = None) -> CompressedLog:
     global _WORKER_RULESET
     _WORKER_RULESET = ruleset
     ranges = _ranges(path, workers)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(len(ranges)) as pool:
-        results = pool.map(_compress_range, [(str(path), a, b, chunk_size, use_c) for a, b in ranges])
+        results = pool.map(_compress_range, [(str(path), a, b, chunk_size, use_c, limits) for a, b in ranges])
     if on_progress:
         on_progress(sum(b - a for a, b in ranges))
     report = IngestReport()
@@ -80,23 +81,25 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
 
 def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
                     chunk_size: int = CHUNK_SIZE, workers: int | None = None, use_c: bool = True,
-                    on_progress: Callable[[int], None] | None = None) -> CompressedLog:
+                    on_progress: Callable[[int], None] | None = None,
+                    limits: Limits | None = None) -> CompressedLog:
     """Compress a log. Large plain files are split into byte ranges scanned by `workers`
-    processes (default: one per CPU); streams and gz/zst are read sequentially."""
+    processes (default: one per CPU); streams and gz/zst are read sequentially. `limits`: a
+    deadline and a decompression-ratio limit that end reading early (partial, with a warning)."""
     workers = workers if workers is not None else (os.cpu_count() or 1)
     path = _plain_file(source)
     if workers > 1 and path is not None and path.stat().st_size >= PARALLEL_MIN_BYTES \
             and "fork" in multiprocessing.get_all_start_methods():
-        return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c)
+        return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c, limits)
     report = IngestReport()
     comp = Compressor(ruleset, use_c=use_c)
     if path is not None:
-        for buf, length in iter_file_buffers(path, report, chunk_size=chunk_size):
+        for buf, length in iter_file_buffers(path, report, chunk_size=chunk_size, limits=limits):
             comp.feed_buffer(buf, length)
             if on_progress:
                 on_progress(length)
         return comp.finish(report)
-    for chunk in iter_chunks(source, report, chunk_size=chunk_size):
+    for chunk in iter_chunks(source, report, chunk_size=chunk_size, limits=limits):
         comp.feed(chunk)
         if on_progress:
             on_progress(len(chunk))

@@ -14,6 +14,7 @@ from typing import BinaryIO
 from app import __version__
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
+from app.core.ingest import Limits
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
 from app.core.rules import RuleSet, load_rules
@@ -35,13 +36,15 @@ class Pipeline:
         self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir)
 
     def compress(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
-                 workers: int | None = None) -> CompressedLog:
-        """`workers`: processes for large plain files (default one per CPU; 1 = this process)."""
-        return compress_source(source, self.ruleset, on_progress=on_progress, workers=workers)
+                 workers: int | None = None, limits: Limits | None = None) -> CompressedLog:
+        """`workers`: processes for large plain files (default one per CPU; 1 = this process).
+        `limits`: deadline and decompression-ratio bounds (a partial result with a warning)."""
+        return compress_source(source, self.ruleset, on_progress=on_progress, workers=workers, limits=limits)
 
     def diagnose(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
-                 workers: int | None = None) -> DiagnosisResult:
-        return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers))
+                 workers: int | None = None, limits: Limits | None = None) -> DiagnosisResult:
+        return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers,
+                                                      limits=limits))
 
     def diagnose_compressed(self, log: CompressedLog) -> DiagnosisResult:
         events = events_from_log(log)
