@@ -125,6 +125,23 @@ class Settings(BaseSettings):
         default=1024**2, ge=4096,
         description="Bytes buffered before each disk write while streaming an upload.",
     )
+    # hostile input and overload: bounded time per diagnosis, no poison pills
+    diagnosis_deadline_s: float = Field(
+        default=120.0, gt=0,
+        description="Seconds a diagnosis may spend reading its log; then it stops and answers with "
+        "what was read (a partial diagnosis with a note), never a hang.",
+    )
+    max_decompression_ratio: float = Field(
+        default=200.0, gt=1,
+        description="A gzip/zstd log that expands more than this many times (past its first 256 MiB) "
+        "is read no further: a partial diagnosis with a note. Also bounds the size of a compressed "
+        "log whose uncompressed size is unknown, for the inline/queued decision.",
+    )
+    diagnosis_max_attempts: int = Field(
+        default=3, ge=1,
+        description="Runs a diagnosis may start (restarts and crashed workers re-run it); past this it "
+        "is `failed` with the reason instead of being re-queued again.",
+    )
 
     @model_validator(mode="after")
     def _expand(self) -> "Settings":

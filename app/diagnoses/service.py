@@ -58,10 +58,38 @@ def unfinished_ids(*, session: Session) -> list[int]:
     return list(session.scalars(query))
 
 
-def claim_diagnosis(*, session: Session, diagnosis_id: int) -> Claim | None:
-    """Mark the row running; None when it is already finished (a duplicate delivery)."""
+@dataclass(frozen=True)
+class Plan:
+    """What admission needs before a diagnosis runs: whose it is and what it will read."""
+
+    tenant: str
+    job_log_id: int
+    blob_sha256: str | None
+    log_bytes: int
+
+
+def plan_diagnosis(*, session: Session, diagnosis_id: int) -> Plan | None:
+    """None when the row is gone or finished."""
+    row = session.get(DiagnosisRow, diagnosis_id)
+    if row is None or row.status not in UNFINISHED:
+        return None
+    log = session.get(JobLog, row.job_log_id)
+    job = session.get(Job, row.job_id)
+    return Plan(f"cluster:{job.cluster}", log.id, log.blob_sha256, row.log_bytes)
+
+
+def claim_diagnosis(*, session: Session, diagnosis_id: int, max_attempts: int | None = None) -> Claim | None:
+    """Mark the row running; None when it is already finished (a duplicate delivery) or has used
+    up `max_attempts` runs (then it is failed with the reason: a log that kills or outlives every
+    run must not be re-queued forever)."""
     row = session.get(DiagnosisRow, diagnosis_id, with_for_update=True)
     if row is None or row.status not in UNFINISHED:
+        return None
+    if max_attempts is not None and (row.runs or 0) >= max_attempts:
+        row.status = DiagnosisStatus.FAILED.value
+        row.error = (f"gave up after {row.runs} attempts (LOGDX_DIAGNOSIS_MAX_ATTEMPTS): every run was "
+                     "interrupted by a server restart or a crashed worker before it finished")
+        row.finished_at = utcnow()
         return None
     row.status = DiagnosisStatus.RUNNING.value
     row.runs = (row.runs or 0) + 1
