@@ -134,8 +134,7 @@ class Settings(BaseSettings):
     max_decompression_ratio: float = Field(
         default=200.0, gt=1,
         description="A gzip/zstd log that expands more than this many times (past its first 256 MiB) "
-        "is read no further: a partial diagnosis with a note. Also bounds the size of a compressed "
-        "log whose uncompressed size is unknown, for the inline/queued decision.",
+        "is read no further: a partial diagnosis with a note.",
     )
     diagnosis_max_attempts: int = Field(
         default=3, ge=1,

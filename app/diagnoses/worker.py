@@ -22,7 +22,7 @@ from app.api.metrics import Metrics
 from app.db.engine import Database
 from app.diagnoses import service
 from app.diagnoses.executor import PipelineExecutor
-from app.logs.sizing import uncompressed_bound
+from app.logs.sizing import decoded_size_over
 from app.logs.storage import BlobStore
 
 log = logging.getLogger("logdx.worker")
@@ -34,10 +34,8 @@ class DiagnosisWorker:
         self.db, self.store, self.executor, self.metrics = db, store, executor, metrics
 
     def is_big(self, path: Path, log_bytes: int) -> bool:
-        """More than the inline limit once decompressed (known or bounded)."""
-        settings = self.executor.settings
-        size = uncompressed_bound(path, log_bytes, max_ratio=settings.max_decompression_ratio)
-        return size > settings.sync_diagnose_max_bytes
+        """More than the inline limit once decompressed."""
+        return decoded_size_over(path, log_bytes, self.executor.settings.sync_diagnose_max_bytes)
 
     def log_path(self, blob_sha256: str | None, job_log_id: int) -> Path:
         return self.store.blob_path(blob_sha256) if blob_sha256 else self.store.part_path(job_log_id)

@@ -1,37 +1,31 @@
-"""How many bytes a stored log expands to, without decompressing it: plain logs are their size;
-gzip says it in its trailer (ISIZE, modulo 4 GiB), zstd in its frame header when the writer
-recorded it. A declared size is only trusted when it is at least the compressed size; otherwise
-the size is bounded by the decompression-ratio limit, which reading enforces."""
+"""Whether a stored log is bigger than a limit once decompressed, without trusting what an
+archive declares (gzip's ISIZE is modulo 4 GiB and any header can lie): plain logs are their
+size; gzip/zstd logs are decoded, output discarded, until the limit is crossed or they end.
+That costs at most `limit` bytes of decoding and the decoder's bounded memory."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
-import zstandard
+from app.core.ingest import GZIP_MAGIC, ZSTD_MAGIC, IngestReport, iter_chunks
+from app.logs.storage import BoundedReader
 
-from app.core.ingest import GZIP_MAGIC, RATIO_FLOOR, ZSTD_MAGIC
+_PIECE = 1 << 20
 
 
-def uncompressed_bound(path: Path, size: int, *, max_ratio: float) -> int:
-    """Bytes the first `size` bytes of `path` decode to at most (known or bounded)."""
+def decoded_size_over(path: Path, size: int, limit: int) -> bool:
+    """True when the first `size` bytes of `path` decode to more than `limit` bytes."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(18)
-            declared = None
-            if head.startswith(GZIP_MAGIC) and size >= 18:
-                fh.seek(size - 4)
-                declared = struct.unpack("<I", fh.read(4))[0]
-            elif head.startswith(ZSTD_MAGIC):
-                try:
-                    value = zstandard.frame_content_size(head)
-                    declared = value if value >= 0 else None
-                except zstandard.ZstdError:
-                    declared = None
-            else:
-                return size
+        fh = open(path, "rb")  # noqa: SIM115
     except OSError:
-        return size
-    if declared is not None and declared >= size:
-        return declared
-    return max(RATIO_FLOOR, int(size * max_ratio))
+        return size > limit
+    with fh:
+        head = fh.read(4)
+        if not (head.startswith(GZIP_MAGIC) or head.startswith(ZSTD_MAGIC)):
+            return size > limit
+        fh.seek(0)
+        report = IngestReport()
+        for _ in iter_chunks(BoundedReader(fh, size), report, chunk_size=_PIECE):
+            if report.bytes_read > limit:
+                return True
+        return report.bytes_read > limit
