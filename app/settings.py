@@ -180,5 +180,8 @@ class Settings(BaseSettings):
         return self.data_dir / "uploads"
 
     def ensure_dirs(self) -> None:
+        # raw logs may hold secrets: the data dir and everything logdx keeps in it is owner-only
         for d in (self.data_dir, self.blob_dir, self.spool_dir, self.uploads_dir):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if d.stat().st_uid == os.getuid():
+                d.chmod(0o700)

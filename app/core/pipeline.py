@@ -18,6 +18,7 @@ from app.core.ingest import Limits
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
 from app.core.rules import RuleSet, load_rules
+from app.core.secrets import redact_obj
 from app.core.types import Action, ActionKind, DecidedBy, Diagnosis, Versions
 
 Source = str | Path | BinaryIO
@@ -55,6 +56,8 @@ class Pipeline:
             decided_by=DecidedBy.RULES, compression=log.stats, last_progress=log.last_progress,
             versions=Versions(rules=self.ruleset.version, logdx=__version__),
             notes=list(log.stats.warnings))
+        # the log's secrets stay in the log: whoever may read a diagnosis need not see them
+        diagnosis = Diagnosis.model_validate(redact_obj(diagnosis.to_json_dict()))
         return DiagnosisResult(diagnosis, log, events, ranking)
 
     def decide_action(self, ranking: Ranking, log: CompressedLog) -> Action:

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from app.api.deps import Engineer, Scheduler, ServicesDep
 from app.api.openapi import ERRORS, RAW_LOG_BODY
+from app.core.secrets import redact_obj
 from app.core.types import Diagnosis
 from app.diagnoses import service
 from app.diagnoses.schemas import DiagnoseRequest, DiagnosisAccepted, DiagnosisList, DiagnosisOut
@@ -90,4 +91,4 @@ async def diagnose_once(request: Request, services: ServicesDep, principal: Sche
         raise InvalidInput(output["input_error"], code="unreadable_log")
     services.metrics.observe_diagnosis(output["diagnosis"], mode="one_shot")
     services.metrics.observe_llm(output.get("llm"))
-    return output["diagnosis"]
+    return redact_obj(output["diagnosis"])

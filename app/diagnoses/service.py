@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.core.secrets import redact, redact_obj
 from app.db.base import utcnow
 from app.db.lookup import get_or_404
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
@@ -162,7 +163,7 @@ def _llm_out(row: DiagnosisRow) -> LLMReview | None:
         return None
     verdict = row.llm_verdict if row.llm_verdict and "choice" in row.llm_verdict else None
     error = (row.llm_verdict or {}).get("error") if verdict is None else None
-    return LLMReview(verdict=verdict, error=error, calls=row.llm_calls or 0, tokens_in=row.tokens_in or 0,
+    return LLMReview(verdict=redact_obj(verdict), error=error, calls=row.llm_calls or 0, tokens_in=row.tokens_in or 0,
                      tokens_out=row.tokens_out or 0, latency_s=row.llm_latency_s or 0.0)
 
 
@@ -171,7 +172,8 @@ def to_out(*, session: Session, row: DiagnosisRow) -> DiagnosisOut:
     attempt = session.get(Attempt, row.attempt_id)
     return DiagnosisOut(
         id=row.id, job_id=row.job_id, attempt=attempt.number, log_id=row.job_log_id,
-        log_bytes=row.log_bytes, status=row.status, error=row.error, diagnosis=row.result,
+        log_bytes=row.log_bytes, status=row.status, error=redact(row.error) if row.error else row.error,
+        diagnosis=redact_obj(row.result),
         versions={"rules": row.rules_version, "prompt": row.prompt_version, "model": row.model_version},
         decided_by=row.decided_by, llm=_llm_out(row), labels=[label_out(lb) for lb in labels], created_at=row.created_at,
         started_at=row.started_at, finished_at=row.finished_at)
