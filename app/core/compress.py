@@ -12,7 +12,7 @@ from typing import BinaryIO
 from app.core.compressed import CompressedLog, Partial, build_log, merge_partials
 from app.core.compressor import Compressor, ShapeTable
 from app.core.ingest import (
-    CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, InputError, iter_chunks, iter_file_buffers,
+    CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, InputError, Limits, iter_chunks, iter_file_buffers,
 )
 from app.core.rules import RuleSet
 
@@ -84,14 +84,14 @@ def _ranges(path: Path, parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-def _compress_range(args: tuple[str, int, int, int, bool]) -> tuple[Partial, IngestReport]:
-    path, start, end, chunk_size, use_c = args
+def _compress_range(args: tuple[str, int, int, int, bool, Limits | None]) -> tuple[Partial, IngestReport]:
+    path, start, end, chunk_size, use_c, limits = args
     assert _WORKER_RULESET is not None
     report = IngestReport()
     comp = Compressor(_WORKER_RULESET, use_c=use_c)
     comp.rank_hosts.budget -= start  # NCCL init lines are looked for at the start of the log only
     done = _WORKER_PROGRESS
-    for buf, length in iter_file_buffers(Path(path), report, start, end, chunk_size=chunk_size):
+    for buf, length in iter_file_buffers(Path(path), report, start, end, chunk_size=chunk_size, limits=limits):
         comp.feed_buffer(buf, length)
         if done is not None:
             with done.get_lock():
@@ -100,7 +100,8 @@ def _compress_range(args: tuple[str, int, int, int, bool]) -> tuple[Partial, Ing
 
 
 def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: int,
-                       on_progress: Callable[[int], None] | None, use_c: bool) -> CompressedLog:
+                       on_progress: Callable[[int], None] | None, use_c: bool,
+                       limits: Limits | None = None) -> CompressedLog:
     global _WORKER_RULESET, _WORKER_PROGRESS
     _WORKER_RULESET = ruleset
     ranges = _ranges(path, workers)
@@ -109,7 +110,8 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
     _WORKER_PROGRESS = ctx.Value("q", 0) if on_progress else None
     try:
         with ctx.Pool(len(ranges)) as pool:
-            pending = pool.map_async(_compress_range, [(str(path), a, b, chunk_size, use_c) for a, b in ranges])
+            pending = pool.map_async(_compress_range,
+                                     [(str(path), a, b, chunk_size, use_c, limits) for a, b in ranges])
             reported = 0
 
             def report_progress() -> None:
@@ -136,18 +138,20 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
 
 def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
                     chunk_size: int = CHUNK_SIZE, workers: int | None = None, use_c: bool = True,
-                    on_progress: Callable[[int], None] | None = None) -> CompressedLog:
+                    on_progress: Callable[[int], None] | None = None,
+                    limits: Limits | None = None) -> CompressedLog:
     """Compress a log. Large plain files are split into byte ranges scanned by `workers`
-    processes (default: one per CPU); streams and gz/zst are read sequentially."""
+    processes (default: one per CPU); streams and gz/zst are read sequentially. `limits`: a
+    deadline and a decompression-ratio limit that end reading early (partial, with a warning)."""
     workers = workers if workers is not None else (os.cpu_count() or 1)
     path = _plain_file(source)
     if workers > 1 and path is not None and path.stat().st_size >= PARALLEL_MIN_BYTES \
             and "fork" in multiprocessing.get_all_start_methods():
-        return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c)
+        return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c, limits)
     report = IngestReport()
     comp = Compressor(ruleset, use_c=use_c)
     if path is not None:
-        for buf, length in iter_file_buffers(path, report, chunk_size=chunk_size):
+        for buf, length in iter_file_buffers(path, report, chunk_size=chunk_size, limits=limits):
             comp.feed_buffer(buf, length)
             if on_progress:
                 on_progress(length)
@@ -158,10 +162,11 @@ def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
         except OSError as exc:
             raise InputError(f"cannot open {source}: {exc.strerror}") from None
         with fh:
-            for chunk in iter_chunks(_CountingReader(fh, on_progress), report, chunk_size=chunk_size):
+            for chunk in iter_chunks(_CountingReader(fh, on_progress), report, chunk_size=chunk_size,
+                                     limits=limits):
                 comp.feed(chunk)
         return comp.finish(report)
-    for chunk in iter_chunks(source, report, chunk_size=chunk_size):
+    for chunk in iter_chunks(source, report, chunk_size=chunk_size, limits=limits):
         comp.feed(chunk)
         if on_progress:
             on_progress(len(chunk))

@@ -42,6 +42,11 @@ class Template:
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     flagged: bool = False  # an error rule or the error heuristic fired on it
+    last_text: str | None = None  # text of the line at last_line when it differs from the first
+
+    @property
+    def last_line_text(self) -> str:
+        return self.last_text if self.last_text is not None else self.text
 
 
 @dataclass
@@ -150,7 +155,8 @@ def merge_partials(parts: list[Partial]) -> Partial:
                     head.overflow_lines += moved
                 continue
             mine.count += t.count
-            mine.last_line = max(mine.last_line, t.last_line)
+            if t.last_line > mine.last_line:
+                mine.last_line, mine.last_text = t.last_line, t.last_line_text
             mine.flagged = mine.flagged or t.flagged
             mine.ranks |= set(list(t.ranks)[: max(0, MAX_SET_MEMBERS - len(mine.ranks))])
             mine.hosts |= set(list(t.hosts)[: max(0, MAX_SET_MEMBERS - len(mine.hosts))])

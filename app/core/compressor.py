@@ -446,6 +446,7 @@ class Compressor:
         else:
             tpl.count += 1
             tpl.last_line = line_no
+            tpl.last_text = text
         tpl.flagged = tpl.flagged or flagged
         if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
             tpl.ranks.add(rank)

@@ -14,10 +14,12 @@ from typing import BinaryIO
 from app import __version__
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
+from app.core.ingest import Limits
 from app.core.placement import JobPlacement, name_hosts
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
 from app.core.rules import RuleSet, load_rules
+from app.core.secrets import redact_obj
 from app.core.types import Action, ActionKind, DecidedBy, Diagnosis, Versions
 
 Source = str | Path | BinaryIO
@@ -37,14 +39,17 @@ class Pipeline:
         self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir)
 
     def compress(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
-                 workers: int | None = None) -> CompressedLog:
-        """`workers`: processes for large plain files (default one per CPU; 1 = this process)."""
-        return compress_source(source, self.ruleset, on_progress=on_progress, workers=workers)
+                 workers: int | None = None, limits: Limits | None = None) -> CompressedLog:
+        """`workers`: processes for large plain files (default one per CPU; 1 = this process).
+        `limits`: deadline and decompression-ratio bounds (a partial result with a warning)."""
+        return compress_source(source, self.ruleset, on_progress=on_progress, workers=workers, limits=limits)
 
     def diagnose(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
-                 workers: int | None = None, job: JobPlacement | None = None) -> DiagnosisResult:
+                 workers: int | None = None, limits: Limits | None = None,
+                 job: JobPlacement | None = None) -> DiagnosisResult:
         """`job`: the registered job's hosts and GPU count, to name the host of a suspect rank."""
-        return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers), job=job)
+        return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers,
+                                                      limits=limits), job=job)
 
     def diagnose_compressed(self, log: CompressedLog, *, job: JobPlacement | None = None) -> DiagnosisResult:
         events = events_from_log(log)
@@ -55,6 +60,8 @@ class Pipeline:
             decided_by=DecidedBy.RULES, compression=log.stats, last_progress=log.last_progress,
             versions=Versions(rules=self.ruleset.version, logdx=__version__),
             notes=list(log.stats.warnings))
+        # the log's secrets stay in the log: whoever may read a diagnosis need not see them
+        diagnosis = Diagnosis.model_validate(redact_obj(diagnosis.to_json_dict()))
         return DiagnosisResult(diagnosis, log, events, ranking, job)
 
     def decide_action(self, ranking: Ranking, log: CompressedLog, *, job: JobPlacement | None = None) -> Action:

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from app.llm.agent import AgentConfig, FailureAgent
 from app.llm.backends import LLMBackend, create_backend
 from app.llm.client import CallLog, LLMClient
 from app.llm.ports import CaseStore, ProposedRuleSink
-from app.llm.retrieval import Embedder, Retriever
+from app.llm.retrieval import Embedder, LazyEmbedder, Retriever  # noqa: F401 - LazyEmbedder re-exported
 
 if TYPE_CHECKING:  # the LLM layer reads settings; it never imports the service
     from app.settings import Settings
@@ -49,45 +45,6 @@ def backend_options(settings: Settings) -> dict[str, Any]:
 def build_backend(settings: Settings) -> LLMBackend:
     """The configured backend; an unknown name raises `UnknownBackendError`."""
     return create_backend(backend_name(settings), **backend_options(settings))
-
-
-class LazyEmbedder:
-    """Loads the real embedder (MiniLM: seconds, a few hundred MB) on first use, once. A load
-    failure is remembered for `retry_after_s` so that every call does not pay for it again; the
-    caller sees the error (retrieval failing is never fatal)."""
-
-    def __init__(self, factory: Callable[[], Embedder] | None = None, *, name: str = "all-MiniLM-L6-v2",
-                 retry_after_s: float = 300.0) -> None:
-        self.name = name
-        self._factory = factory or _minilm
-        self._embedder: Embedder | None = None
-        self._error: tuple[float, BaseException] | None = None
-        self._lock = threading.Lock()
-        self.retry_after_s = retry_after_s
-
-    def _get(self) -> Embedder:
-        with self._lock:
-            if self._embedder is not None:
-                return self._embedder
-            if self._error is not None and time.monotonic() - self._error[0] < self.retry_after_s:
-                raise RuntimeError(f"embedder {self.name} is unavailable: {self._error[1]!r}")
-            try:
-                self._embedder = self._factory()
-            except Exception as exc:  # noqa: BLE001 - reported to the caller, remembered
-                self._error = (time.monotonic(), exc)
-                log.warning("cannot load embedder %s: %r", self.name, exc)
-                raise RuntimeError(f"embedder {self.name} is unavailable: {exc!r}") from exc
-            self.name = self._embedder.name
-            return self._embedder
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._get().embed(texts)
-
-
-def _minilm() -> Embedder:
-    from app.llm.retrieval import MiniLMEmbedder
-
-    return MiniLMEmbedder()
 
 
 def example_index(ruleset: Any, embedder: Embedder | None = None) -> Any:
