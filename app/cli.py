@@ -247,7 +247,7 @@ def rules_propose(log: str, rules_dir: str | None, apply_: bool) -> None:
         from app.llm.rulewriter import propose_filter_rules
 
         compressed = pipeline.compress(log)
-        proposals = [p for p in propose_filter_rules(compressed) if p.rule is not None]
+        proposals = [p for p in propose_filter_rules(compressed, ruleset=pipeline.ruleset) if p.rule is not None]
         if not proposals:
             click.echo("no proposal: every bulk line is already filtered or none looks like a metric", err=True)
             return

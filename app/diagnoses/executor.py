@@ -66,7 +66,27 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
         output["diagnosis"] = diagnosis.to_json_dict()
         if llm is not None:
             output["llm"] = llm
+    if propose_rules:
+        output["filter_proposals"] = filter_proposals(pipeline, result)
     return output
+
+
+def filter_proposals(pipeline: Pipeline, result: Any) -> list[dict[str, Any]]:
+    """The log agent: when many lines survived the filters (a metric format no filter rule
+    knows), propose validated filter rules for review. Plain data; the service stores them."""
+    from app.llm.rulewriter.writers import bulk_unfiltered
+
+    if not bulk_unfiltered(result.compressed):
+        return []
+    from app.llm.rulewriter import propose_filter_rules
+
+    out = []
+    for p in propose_filter_rules(result.compressed, ruleset=pipeline.ruleset):
+        if p.rule is not None:
+            r = p.rule
+            out.append({"kind": r.kind, "family": r.family, "rule": r.rule, "evidence": list(r.evidence),
+                        "validation": r.validation, "proposed_by": "log-agent"})
+    return out
 
 
 @dataclass

@@ -76,7 +76,8 @@ class LLMRefiner:
                     self._db = Database(self.settings.effective_database_url)
                 self._sink = DbProposedRuleSink(self._db)
                 self._agent = build_agent(self.settings, case_store=DbCaseStore(self._db), rule_sink=self._sink,
-                                          policies=pipeline.ruleset.policies, embedder=self._embedder)
+                                          policies=pipeline.ruleset.policies, embedder=self._embedder,
+                                          ruleset=pipeline.ruleset)
             except Exception as exc:
                 self._failed = (time.monotonic(), f"LLM backend unavailable: {type(exc).__name__}: {exc}")
                 log.warning("cannot build the LLM agent: %r", exc)

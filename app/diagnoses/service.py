@@ -142,6 +142,12 @@ def complete_diagnosis(*, session: Session, diagnosis_id: int, output: dict[str,
     row.status = DiagnosisStatus.DONE.value
     row.finished_at = utcnow()
     _set_effective_cause(session, row)
+    if output.get("filter_proposals"):
+        from app.llm.ports import ProposedRule
+        from app.rules_review.sink import store_proposal
+
+        for p in output["filter_proposals"]:
+            store_proposal(session=session, rule=ProposedRule(**p, source_diagnosis_id=str(row.id)))
     return row
 
 

@@ -248,17 +248,26 @@ def surviving_lines(compressed: Any) -> list[tuple[str, int]]:
     return [(t.text, t.count) for t in getattr(compressed, "templates", []) if not t.flagged]
 
 
-def propose_filter_rules(compressed: Any, *, negatives: Sequence[str] | None = None,
+def propose_filter_rules(compressed: Any, *, ruleset: Any = None, negatives: Sequence[str] | None = None,
                          sink: ProposedRuleSink | None = None, min_count: int = 20) -> list[Proposal]:
     """The log agent's step after a compression: bulk metric-like lines that survived (no filter
-    rule knows their format) become proposed filter rules, validated against error lines so
-    an approved rule can never drop one."""
-    negs = list(negatives) if negatives is not None else default_error_negatives()
+    rule knows their format) become proposed filter rules, validated against error lines (by
+    default every diagnosis rule's match examples of `ruleset`, else of the shipped rules) so an
+    approved rule can never drop one."""
+    negs = list(negatives) if negatives is not None else error_examples(ruleset)
     return FilterRuleWriter(negatives=negs, min_count=min_count).propose(surviving_lines(compressed), sink=sink)
 
 
-def default_error_negatives() -> list[str]:
-    """Error lines a filter rule must never match: the shipped rules' own match examples."""
-    from app.core.rules import load_rules
+def error_examples(ruleset: Any = None) -> list[str]:
+    """Error lines a filter rule must never match: the diagnosis rules' own match examples."""
+    if ruleset is None:
+        from app.core.rules import load_rules
 
-    return [text for rule in load_rules().diagnosis for text in rule.spec.examples.match]
+        ruleset = load_rules()
+    return [text for rule in ruleset.diagnosis for text in rule.spec.examples.match]
+
+
+def bulk_unfiltered(compressed: Any, *, min_lines: int = 1000, min_share: float = 0.1) -> bool:
+    """Cheap test before proposing: did many lines survive the filters (an unknown format)?"""
+    stats = compressed.stats
+    return stats.lines_kept >= min_lines and stats.lines_kept >= min_share * max(1, stats.lines_in)
