@@ -121,6 +121,16 @@ class Settings(BaseSettings):
         description="Directory of rule files; unset: the rules/ shipped with logdx. Approved "
         "proposed rules are appended to <rules_dir>/<family>.yaml, so it must be writable to approve.",
     )
+    relabel_heartbeat_s: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="Batch re-labeling on PostgreSQL: seconds between a worker's heartbeats, and "
+        "between its checks for re-labeling tasks of workers that stopped.",
+    )
+    relabel_stalled_after_s: float = Field(
+        default=60.0, gt=0, le=86400,
+        description="Batch re-labeling on PostgreSQL: a worker silent this long is considered dead "
+        "and its running re-labeling tasks are retried by another worker.",
+    )
     upload_chunk_bytes: int = Field(
         default=1024**2, ge=4096,
         description="Bytes buffered before each disk write while streaming an upload.",

@@ -34,9 +34,12 @@ def build_refiner(settings: Settings, **kwargs: Any) -> LLMRefiner | None:
 
 
 def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMRefiner | None = None, *,
-                 diagnosis_id: int | None = None, propose_rules: bool = True) -> dict[str, Any]:
+                 diagnosis_id: int | None = None, propose_rules: bool = True,
+                 workers: int | None = None) -> dict[str, Any]:
     """Diagnose the first `limit` bytes of `path`, then let the LLM review it when the rules are
-    unsure. Returns plain data (it crosses processes)."""
+    unsure. Returns plain data (it crosses processes). `workers`: processes for one big plain
+    log (default: one per core in a pool process, 1 in a thread; batch jobs that already run one
+    log per core pass 1)."""
     try:
         raw = open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
@@ -46,7 +49,8 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
         # a whole file goes by path: buffered reads, byte ranges on several cores for big plain
         # logs; but never fork from a thread of the server process (thread executor)
         source = path if whole else BoundedReader(raw, limit)
-        workers = None if threading.current_thread() is threading.main_thread() else 1
+        if workers is None:
+            workers = None if threading.current_thread() is threading.main_thread() else 1
         try:
             result = pipeline.diagnose(source, workers=workers)
         except InputError as exc:
@@ -79,10 +83,11 @@ def _init_worker(settings: Settings) -> None:
     _WORKER = _WorkerState(build_pipeline(settings), build_refiner(settings))
 
 
-def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool) -> dict[str, Any]:
+def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool,
+                   workers: int | None = None) -> dict[str, Any]:
     assert _WORKER is not None, "worker initializer did not run"
     return run_pipeline(_WORKER.pipeline, path, limit, _WORKER.refiner, diagnosis_id=diagnosis_id,
-                        propose_rules=propose_rules)
+                        propose_rules=propose_rules, workers=workers)
 
 
 class PipelineExecutor:
@@ -114,14 +119,14 @@ class PipelineExecutor:
             pool.shutdown(wait=False, cancel_futures=False)
 
     async def run(self, path: Path, limit: int | None, *, diagnosis_id: int | None = None,
-                  propose_rules: bool = True, retries: int = 1) -> dict[str, Any]:
+                  propose_rules: bool = True, retries: int = 1, workers: int | None = None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         pool = self._get_pool()
         if isinstance(pool, ProcessPoolExecutor):
-            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules)
+            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules, workers)
         else:
             call = partial(run_pipeline, self.pipeline, str(path), limit, self.refiner,
-                           diagnosis_id=diagnosis_id, propose_rules=propose_rules)
+                           diagnosis_id=diagnosis_id, propose_rules=propose_rules, workers=workers)
         try:
             return await loop.run_in_executor(pool, call)
         except BrokenProcessPool:
@@ -137,7 +142,7 @@ class PipelineExecutor:
                 raise
             # the pool was replaced (new rules) between picking it and submitting: use the new one
         return await self.run(path, limit, diagnosis_id=diagnosis_id, propose_rules=propose_rules,
-                              retries=retries - 1)
+                              retries=retries - 1, workers=workers)
 
     def shutdown(self) -> None:
         if self._pool is not None:
