@@ -32,6 +32,7 @@ from app.llm.retrieval import Embedder
 from app.logs.router import router as logs_router
 from app.logs.storage import BlobStore
 from app.relabel.router import router as relabel_router
+from app.relabel.router import rules_router as rule_impact_router
 from app.relabel.tasks import build_queue as build_relabel_queue
 from app.rules_review.router import router as rules_router
 from app.settings import DiagnosisExecutor, Settings
@@ -102,7 +103,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     app.state.services = services
     install_error_handlers(app)
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
-                   rules_router, stats_router, actions_router, relabel_router):
+                   rules_router, stats_router, actions_router, relabel_router, rule_impact_router):
         app.include_router(router)
     app.add_middleware(JsonBodyLimitMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)

@@ -1,17 +1,22 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 import anyio
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from app.api.deps import Admin, Engineer, ServicesDep
 from app.api.openapi import ERRORS
-from app.errors import ServiceUnavailable
+from app.core.pipeline import Pipeline
+from app.core.rules import RuleError
+from app.errors import InvalidInput, ServiceUnavailable
 from app.relabel import service
 from app.relabel.archive import discover
-from app.relabel.report import DiffReport, outcomes_csv
+from app.relabel.report import DiffReport, build_report, outcomes_csv
+from app.relabel.whatif import diff_stored, library_with_rule
+from app.rules_review import service as rules_review
 from app.relabel.schemas import RelabelCreate, RunList, RunOut, StoredSelection
 from app.schemas_common import ObjectId
 
@@ -90,3 +95,34 @@ async def resume_run(run_id: ObjectId, services: ServicesDep, _: Admin) -> RunOu
     await queue.submit(run_id, ranges)
     return await services.run_db(lambda *, session: service.run_out(
         session=session, run=service.get_run(session=session, run_id=run_id)))
+
+
+rules_router = APIRouter(prefix="/v1/rules", tags=["rules"], responses=ERRORS)
+
+
+def _impact(services, rule_id: int, limit: int) -> DiffReport:  # noqa: ANN001
+    with services.db.transaction() as session:
+        row = rules_review.get_proposed(session=session, rule_id=rule_id)
+        rule, kind, family = rules_review.rule_for(row), row.kind, row.family
+        refs = service.sample_stored_logs(session=session, limit=limit, blob_path=services.store.blob_path)
+    current = services.pipeline
+    if kind != "diagnosis":
+        raise InvalidInput("only diagnosis rules change what a log is diagnosed as", code="invalid_rule",
+                           detail={"kind": kind})
+    with library_with_rule(services.settings.effective_rules_dir, kind=kind, family=family, rule=rule) as trial:
+        try:
+            proposed = Pipeline(rules_dir=trial)
+        except RuleError as exc:
+            raise InvalidInput(f"the rule library would not load with this rule: {exc}", code="invalid_rule",
+                               detail={"rule_id": rule.get("id")}) from None
+    outcomes = diff_stored(refs, old=current, new=proposed)
+    return build_report(outcomes, rules_version=proposed.ruleset.version)
+
+
+@rules_router.get("/proposed/{rule_id}/impact", response_model=DiffReport, response_model_by_alias=True)
+async def rule_impact(rule_id: ObjectId, services: ServicesDep, _: Engineer,
+                      limit: Annotated[int, Query(ge=1, le=2000, description="newest jobs to try it on")] = 200,
+                      ) -> DiffReport:
+    """What approving this proposed rule would change: the newest `limit` stored logs diagnosed
+    with the active rules and with the rule added (nothing is written), as a diff report."""
+    return await anyio.to_thread.run_sync(_impact, services, rule_id, limit)

@@ -34,6 +34,7 @@ from app.relabel.archive import ArchiveFile, ImportedBlob
 from app.relabel.models import ITEM_OPEN, ItemStatus, RelabelItem, RelabelRun, RunSource, RunStatus
 from app.relabel.report import DiffReport, Outcome, build_report
 from app.relabel.schemas import RunOut, RunProgress, StoredSelection
+from app.relabel.whatif import StoredLog
 
 IMPORT_LABEL_AUTHOR = "archive:label.json"
 _INSERT_BATCH = 2000
@@ -313,3 +314,16 @@ def outcomes(*, session: Session, run_id: int) -> Iterator[Outcome]:
 def report(*, session: Session, run_id: int) -> DiffReport:
     run = get_run(session=session, run_id=run_id)
     return build_report(outcomes(session=session, run_id=run_id), rules_version=run.rules_version)
+
+
+def sample_stored_logs(*, session: Session, limit: int, blob_path) -> list[StoredLog]:  # noqa: ANN001
+    """The newest `limit` jobs with a finished log, for a what-if diff on the review page."""
+    newest_log = (select(JobLog.job_id, func.max(JobLog.id).label("log_id"))
+                  .where(JobLog.blob_sha256.is_not(None)).group_by(JobLog.job_id).subquery())
+    query = (select(Job.id, Job.cluster, Job.external_id, JobLog.blob_sha256)
+             .join(newest_log, newest_log.c.job_id == Job.id).join(JobLog, JobLog.id == newest_log.c.log_id)
+             .order_by(Job.id.desc()).limit(limit))
+    rows = session.execute(query).all()
+    humans = _newest_human_labels(session, [r[0] for r in rows])
+    return [StoredLog(f"{cluster}/{external_id}", job_id, str(blob_path(sha)), humans.get(job_id))
+            for job_id, cluster, external_id, sha in rows]

@@ -6,8 +6,11 @@ libraries and diagnosing one log at a time (memory bounded by the ingest chunk).
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Iterable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +84,43 @@ def diff_rules(*, old_dir: Path, new_dir: Path, files: Iterable[ArchiveFile], wo
             if on_result:
                 on_result(f)
     return out, *versions
+
+
+@contextmanager
+def library_with_rule(rules_dir: Path, *, kind: str, family: str, rule: dict) -> Iterator[Path]:
+    """A temporary copy of `rules_dir` with `rule` appended to `<family>.yaml`, as approval
+    would write it (the library itself is not touched)."""
+    from app.rules_review.rulefiles import render_with_rule
+
+    with tempfile.TemporaryDirectory(prefix="logdx-whatif-") as tmp:
+        trial = Path(tmp) / "rules"
+        shutil.copytree(rules_dir, trial, ignore=shutil.ignore_patterns(".*"))
+        target = trial / f"{family}.yaml"
+        existing = target.read_text(encoding="utf-8") if target.exists() else None
+        target.write_text(render_with_rule(existing, kind=kind, family=family, rule=rule), encoding="utf-8")
+        yield trial
+
+
+def diff_stored(refs: Iterable[StoredLog], *, old: Pipeline, new: Pipeline) -> list[Outcome]:
+    """Both diagnoses of stored logs (in this thread: a bounded sample for a review page)."""
+    out = []
+    for ref in refs:
+        result = diff_one(ref.path, (old, new)) if ref.path else "unreadable: the log is still being received"
+        if isinstance(result, str):
+            out.append(Outcome(key=ref.key, ok=False, job_id=ref.job_id, human_error_type=ref.human_error_type,
+                               error=result))
+            continue
+        before, after = result
+        out.append(Outcome(key=ref.key, ok=True, job_id=ref.job_id, old_error_type=before.error_type,
+                           old_rule_id=before.rule_id, old_rules_version=old.ruleset.version,
+                           new_error_type=after.error_type, new_rule_id=after.rule_id,
+                           new_confidence=after.confidence, human_error_type=ref.human_error_type))
+    return out
+
+
+@dataclass(frozen=True)
+class StoredLog:
+    key: str
+    job_id: int
+    path: str | None  # None: an open chunked log
+    human_error_type: str | None
