@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections import Counter
 from datetime import UTC
 from pathlib import Path
@@ -143,6 +144,8 @@ async def _drive(*, settings, db, store, run_id: int, workers: int, work: bool, 
         view = None if quiet else ProgressView(files=run.total_items, total_bytes=run.total_bytes)
         local = queue.join() if isinstance(queue, LocalRelabelQueue) else None
         joiner = asyncio.ensure_future(local) if local is not None else None
+        stall_s = max(60.0, 3 * settings.relabel_stalled_after_s)
+        last_change, last_done = time.monotonic(), -1
         try:
             while True:
                 p = await anyio.to_thread.run_sync(lambda: db.run(service.progress, run_id=run_id))
@@ -150,6 +153,14 @@ async def _drive(*, settings, db, store, run_id: int, workers: int, work: bool, 
                     view.update(p.done + p.failed, p.bytes_done)
                 if p.open == 0:
                     break
+                if p.done + p.failed != last_done:
+                    last_change, last_done = time.monotonic(), p.done + p.failed
+                elif joiner is None and time.monotonic() - last_change > stall_s:
+                    # task engine: a task that failed for good (database gone for a while, say)
+                    # leaves items open; queue them again (finished items are never redone)
+                    await queue.submit(run_id, await anyio.to_thread.run_sync(
+                        lambda: db.run(service.open_ranges, run_id=run_id)))
+                    last_change = time.monotonic()
                 if joiner is not None and joiner.done():
                     joiner.result()  # raises what stopped the local workers
                     if p.open:  # items left open by a crash of this process's pool: run them again
@@ -178,7 +189,8 @@ async def _drive(*, settings, db, store, run_id: int, workers: int, work: bool, 
 @click.option("--only-stale", is_flag=True, help="Skip jobs already diagnosed by the current rules version.")
 @click.option("--dry-run", is_flag=True, help="Compute the diff report only: no diagnosis, job or log is written.")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False, exists=True),
-              help="Rules directory (default: LOGDX_RULES_DIR, else the shipped rules).")
+              help="Rules directory (default: LOGDX_RULES_DIR, else the shipped rules); on PostgreSQL every "
+                   "worker must be able to read it at the same path.")
 @click.option("--workers", type=click.IntRange(1, 512), default=None,
               help="Processes diagnosing logs here (default: one per core).")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=16, show_default=True, help="Logs per task.")

@@ -76,8 +76,10 @@ def create_stored_run(*, session: Session, selection: StoredSelection, dry_run: 
     newest_log = (select(JobLog.job_id, func.max(JobLog.id).label("log_id"))
                   .where(JobLog.job_id.in_(job_ids), JobLog.status != LogStatus.RECEIVING.value)
                   .group_by(JobLog.job_id).subquery())
+    # only the rule id of the old result: loading whole results would cost ~KBs per job
+    rule_id = DiagnosisRow.result["root_cause"]["rule_id"].as_string()
     query = (select(Job.id, Job.diagnosis_id, JobLog.id, JobLog.size, DiagnosisRow.error_type,
-                    DiagnosisRow.rules_version, DiagnosisRow.result)
+                    DiagnosisRow.rules_version, rule_id)
              .join(newest_log, newest_log.c.job_id == Job.id)
              .join(JobLog, JobLog.id == newest_log.c.log_id)
              .outerjoin(DiagnosisRow, DiagnosisRow.id == Job.diagnosis_id)
@@ -88,10 +90,9 @@ def create_stored_run(*, session: Session, selection: StoredSelection, dry_run: 
         query = query.where((DiagnosisRow.rules_version.is_(None)) | (DiagnosisRow.rules_version != rules_version))
     humans = _newest_human_labels(session, job_ids)
     rows = []
-    for job_id, diagnosis_id, log_id, size, error_type, version, result in session.execute(query):
-        root = (result or {}).get("root_cause") or {}
+    for job_id, diagnosis_id, log_id, size, error_type, version, old_rule in session.execute(query):
         rows.append({"job_id": job_id, "job_log_id": log_id, "size": size or 0, "old_diagnosis_id": diagnosis_id,
-                     "old_error_type": error_type, "old_rule_id": root.get("rule_id"), "old_rules_version": version,
+                     "old_error_type": error_type, "old_rule_id": old_rule, "old_rules_version": version,
                      "human_error_type": humans.get(job_id)})
     run = _new_run(session, source=RunSource.STORED, selection=selection.model_dump(mode="json", exclude_none=True),
                    dry_run=dry_run, rules_dir=rules_dir, rules_version=rules_version, batch_size=batch_size,
