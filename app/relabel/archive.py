@@ -89,6 +89,30 @@ def discover(spec: str) -> list[ArchiveFile]:
     return out
 
 
+_GLOB_CHARS = set("*?[")
+
+
+def discover_under(spec: str, root: Path | None) -> list[ArchiveFile]:
+    """`discover`, for a request from the API: only below `root` (none: refused), so that an API
+    call cannot make the server read arbitrary files."""
+    if root is None:
+        raise InvalidInput("importing an archive through the API needs LOGDX_RELABEL_ARCHIVE_ROOT on the server; "
+                           "use `logdx relabel --archive` otherwise", code="archive_import_disabled")
+    root = root.resolve()
+    target = Path(spec) if Path(spec).is_absolute() else root / spec
+    fixed = Path(*[part for part in (target.parts[:next((i for i, p in enumerate(target.parts)
+                                                          if _GLOB_CHARS & set(p)), len(target.parts))])])
+    if not fixed.resolve().is_relative_to(root):
+        raise InvalidInput(f"{spec} is not under the archive root", code="archive_outside_root",
+                           detail={"archive": spec})
+    files = discover(str(target))
+    outside = [f.path for f in files if not Path(f.path).is_relative_to(root)]
+    if outside:
+        raise InvalidInput(f"{outside[0]} is not under the archive root (a link?)", code="archive_outside_root",
+                           detail={"archive": spec})
+    return files
+
+
 @dataclass(frozen=True)
 class ImportedBlob:
     sha256: str

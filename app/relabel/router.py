@@ -13,7 +13,7 @@ from app.core.pipeline import Pipeline
 from app.core.rules import RuleError
 from app.errors import InvalidInput, ServiceUnavailable
 from app.relabel import service
-from app.relabel.archive import discover
+from app.relabel.archive import discover_under
 from app.relabel.report import DiffReport, build_report, outcomes_csv
 from app.relabel.whatif import diff_stored, library_with_rule
 from app.rules_review import service as rules_review
@@ -48,11 +48,12 @@ def _create(*, session, body: RelabelCreate, files, rules_version: str, who: str
 @router.post("", status_code=202, response_model=RunOut)
 async def create_run(body: RelabelCreate, services: ServicesDep, who: Admin) -> JSONResponse:
     """Re-diagnose stored jobs (filters in `stored`) or import an archive on the server (`archive`:
-    a directory or glob) with the service's current rules, prompt and model. Runs as tasks of the
+    a directory or glob under LOGDX_RELABEL_ARCHIVE_ROOT) with the service's current rules, prompt and model. Runs as tasks of the
     background worker(s); poll the returned run, then read its `report`. New diagnoses never
     replace old ones; human labels are never changed."""
     queue = _queue(services)
-    files = await anyio.to_thread.run_sync(discover, body.archive) if body.archive else None
+    files = (await anyio.to_thread.run_sync(discover_under, body.archive, services.settings.relabel_archive_root)
+             if body.archive else None)
     run_id, out, ranges = await services.run_db(_create, body=body, files=files,
                                                 rules_version=services.pipeline.ruleset.version, who=who.name)
     await queue.submit(run_id, ranges)

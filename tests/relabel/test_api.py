@@ -8,6 +8,8 @@ import gzip
 import io
 import time
 
+import pytest
+
 from tests.service.conftest import (  # noqa: F401 - fixtures
     admin,
     app,
@@ -15,14 +17,19 @@ from tests.service.conftest import (  # noqa: F401 - fixtures
     database_url,
     embedder,
     eng,
+    make_settings,
     new_job,
     sample_log,
     sched,
     service_pipeline,
-    settings,
     tokens,
 )
 from tests.service.test_errors import assert_error
+
+@pytest.fixture
+def settings(tmp_path, database_url):
+    return make_settings(tmp_path / "data", database_url, relabel_archive_root=tmp_path / "archives")
+
 
 BUS = "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."
 
@@ -105,8 +112,8 @@ def test_relabel_stored_jobs_after_an_approved_rule(client, sched, eng, admin):
 
 
 def test_relabel_archive_dry_run_and_bad_requests(client, eng, admin, tmp_path):
-    archive = tmp_path / "old"
-    archive.mkdir()
+    archive = tmp_path / "archives" / "old"
+    archive.mkdir(parents=True)
     (archive / "a.log.gz").write_bytes(gzip.compress(sample_log()))
     (archive / "b.log.gz").write_bytes(gzip.compress(sample_log())[:30] + b"\x00garbage" * 100)
     created = client.post("/v1/relabel", json={"archive": str(archive), "dry_run": True}, headers=admin)
@@ -118,8 +125,27 @@ def test_relabel_archive_dry_run_and_bad_requests(client, eng, admin, tmp_path):
     assert report["transitions"] == {"(new)": {"ECCError": 1}}
     assert client.get("/v1/jobs", headers=eng).json()["total"] == 0  # a dry run imports nothing
 
-    assert_error(client.post("/v1/relabel", json={"archive": str(tmp_path / "nope")}, headers=admin), 422,
-                 "archive_not_found")
+    assert_error(client.post("/v1/relabel", json={"archive": "nope"}, headers=admin), 422, "archive_not_found")
+    (tmp_path / "secret.log").write_text("not yours\n")
+    for outside in (str(tmp_path / "secret.log"), "../secret.log", "/", str(tmp_path / "*.log")):
+        assert_error(client.post("/v1/relabel", json={"archive": outside}, headers=admin), 422, "archive_outside_root")
+    (archive / "link.log").symlink_to(tmp_path / "secret.log")
+    assert_error(client.post("/v1/relabel", json={"archive": "old"}, headers=admin), 422, "archive_outside_root")
+    (archive / "link.log").unlink()
     assert_error(client.post("/v1/relabel", json={"archive": "x", "stored": {}}, headers=admin), 422)
     assert_error(client.post("/v1/relabel", json={"stored": {"colour": "red"}}, headers=admin), 422)
     assert_error(client.get("/v1/relabel/999", headers=eng), 404)
+
+
+def test_archive_import_through_the_api_is_off_without_a_root(tmp_path, database_url, service_pipeline, embedder):
+    from fastapi.testclient import TestClient
+
+    from app.api.app import create_app
+    from app.auth.models import TokenRole
+    from app.auth.service import create_token
+
+    app = create_app(make_settings(tmp_path / "data", database_url), pipeline=service_pipeline, embedder=embedder)
+    with TestClient(app) as c:
+        token = app.state.services.db.run(create_token, role=TokenRole.ADMIN, name="a")[1]
+        resp = c.post("/v1/relabel", json={"archive": str(tmp_path)}, headers={"Authorization": f"Bearer {token}"})
+    assert_error(resp, 422, "archive_import_disabled")
