@@ -90,8 +90,11 @@ def diff_rules(*, old_dir: Path, new_dir: Path, files: Iterable[ArchiveFile], wo
 def library_with_rule(rules_dir: Path, *, kind: str, family: str, rule: dict) -> Iterator[Path]:
     """A temporary copy of `rules_dir` with `rule` appended to `<family>.yaml`, as approval
     would write it (the library itself is not touched)."""
-    from app.rules_review.rulefiles import render_with_rule
+    from app.errors import InvalidInput
+    from app.rules_review.rulefiles import FAMILY, render_with_rule
 
+    if not FAMILY.match(family or ""):
+        raise InvalidInput(f"rule family {family!r} is not a valid file name", code="invalid_rule")
     with tempfile.TemporaryDirectory(prefix="logdx-whatif-") as tmp:
         trial = Path(tmp) / "rules"
         shutil.copytree(rules_dir, trial, ignore=shutil.ignore_patterns(".*"))
