@@ -100,7 +100,7 @@ class _LazyGroup(click.Group):
     web/database imports."""
 
     lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
-            "token": "app.service_cli:token", "llm": "app.llm.cli:llm"}
+            "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -288,6 +288,22 @@ def rules_explain(line: str, rules_dir: str | None) -> None:
         click.echo(f"{rule.id} [{rule.source}] {kind} groups={json.dumps(groups)}")
     if not found:
         click.echo("no rule matches")
+
+
+@rules.command("diff")
+@click.argument("old_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("new_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--logs", required=True, metavar="DIR|GLOB", help="Logs to diagnose with both rule sets.")
+@click.option("--workers", type=click.IntRange(1, 512), default=None, help="Processes (default: one per core).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the diff report as JSON here.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write one CSV row per log here.")
+@click.option("--quiet", is_flag=True, help="No progress output.")
+def rules_diff(old_dir: str, new_dir: str, logs: str, workers: int | None, json_path: str | None,
+               csv_path: str | None, quiet: bool) -> None:
+    """What changing the rules from OLD_DIR to NEW_DIR does to the logs in --logs."""
+    from app.relabel.cli import rules_diff_command
+
+    rules_diff_command(old_dir, new_dir, logs, workers, json_path, csv_path, quiet)
 
 
 def main() -> None:

@@ -62,7 +62,8 @@ def _log_config(level: str) -> dict:
 
 @click.command()
 def worker() -> None:
-    """Run background diagnoses without the HTTP API (PostgreSQL only: jobs come from procrastinate)."""
+    """Run background diagnoses and batch re-labeling tasks without the HTTP API (PostgreSQL only:
+    jobs come from procrastinate)."""
     import asyncio
 
     from app.api.app import build_services, prepare_database
@@ -80,9 +81,11 @@ def worker() -> None:
 
     async def run() -> None:
         await services.queue.start()
+        await services.relabel.start()  # batch re-labeling tasks share the worker
         try:
             await asyncio.Event().wait()
         finally:
+            await services.relabel.stop()
             await services.queue.stop()
             services.executor.shutdown()
 

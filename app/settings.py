@@ -127,6 +127,21 @@ class Settings(BaseSettings):
         description="Directory of rule files; unset: the rules/ shipped with logdx. Approved "
         "proposed rules are appended to <rules_dir>/<family>.yaml, so it must be writable to approve.",
     )
+    relabel_heartbeat_s: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="Batch re-labeling on PostgreSQL: seconds between a worker's heartbeats, and "
+        "between its checks for re-labeling tasks of workers that stopped.",
+    )
+    relabel_stalled_after_s: float = Field(
+        default=60.0, gt=0, le=86400,
+        description="Batch re-labeling on PostgreSQL: a worker silent this long is considered dead "
+        "and its running re-labeling tasks are retried by another worker.",
+    )
+    relabel_archive_root: Path | None = Field(
+        default=None,
+        description="Directory under which `POST /v1/relabel` may import archives of logs from the "
+        "server's disk; unset: archive imports only through the CLI (`logdx relabel --archive`).",
+    )
     upload_chunk_bytes: int = Field(
         default=1024**2, ge=4096,
         description="Bytes buffered before each disk write while streaming an upload.",
@@ -153,6 +168,8 @@ class Settings(BaseSettings):
         self.data_dir = self.data_dir.expanduser()
         if self.rules_dir is not None:
             self.rules_dir = self.rules_dir.expanduser()
+        if self.relabel_archive_root is not None:
+            self.relabel_archive_root = self.relabel_archive_root.expanduser()
         if self.llm_cache_dir is not None:
             self.llm_cache_dir = self.llm_cache_dir.expanduser()
         return self

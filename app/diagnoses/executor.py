@@ -38,10 +38,12 @@ def build_refiner(settings: Settings, **kwargs: Any) -> LLMRefiner | None:
 def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMRefiner | None = None, *,
                  diagnosis_id: int | None = None, propose_rules: bool = True,
                  job: JobPlacement | None = None, deadline_s: float | None = None,
-                 max_ratio: float | None = None) -> dict[str, Any]:
+                 max_ratio: float | None = None, workers: int | None = None) -> dict[str, Any]:
     """Diagnose the first `limit` bytes of `path`, then let the LLM review it when the rules are
     unsure. Reading stops at `deadline_s` or past `max_ratio` (a partial diagnosis with a note).
-    Returns plain data (it crosses processes)."""
+    Returns plain data (it crosses processes). `workers`: processes for one big plain log
+    (default: one per core in a pool process, 1 in a thread; batch jobs that already run one log
+    per core pass 1)."""
     limits = Limits.within(deadline_s, max_ratio=max_ratio)
     try:
         raw = open(path, "rb")  # noqa: SIM115
@@ -52,7 +54,8 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
         # a whole file goes by path: buffered reads, byte ranges on several cores for big plain
         # logs; but never fork from a thread of the server process (thread executor)
         source = path if whole else BoundedReader(raw, limit)
-        workers = None if threading.current_thread() is threading.main_thread() else 1
+        if workers is None:
+            workers = None if threading.current_thread() is threading.main_thread() else 1
         try:
             result = pipeline.diagnose(source, workers=workers, job=job, limits=limits)
         except InputError as exc:
@@ -106,10 +109,12 @@ def _init_worker(settings: Settings) -> None:
 
 
 def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool,
-                   job: JobPlacement | None, deadline_s: float | None, max_ratio: float | None) -> dict[str, Any]:
+                   job: JobPlacement | None = None, deadline_s: float | None = None,
+                   max_ratio: float | None = None, workers: int | None = None) -> dict[str, Any]:
     assert _WORKER is not None, "worker initializer did not run"
     return run_pipeline(_WORKER.pipeline, path, limit, _WORKER.refiner, diagnosis_id=diagnosis_id,
-                        propose_rules=propose_rules, job=job, deadline_s=deadline_s, max_ratio=max_ratio)
+                        propose_rules=propose_rules, job=job, deadline_s=deadline_s, max_ratio=max_ratio,
+                        workers=workers)
 
 
 class PipelineExecutor:
@@ -144,16 +149,18 @@ class PipelineExecutor:
             pool.shutdown(wait=False, cancel_futures=False)
 
     async def run(self, path: Path, limit: int | None, *, diagnosis_id: int | None = None,
-                  propose_rules: bool = True, retries: int = 1, job: JobPlacement | None = None) -> dict[str, Any]:
+                  propose_rules: bool = True, retries: int = 1, job: JobPlacement | None = None,
+                  workers: int | None = None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         pool = self._get_pool()
         deadline_s, ratio = self.settings.diagnosis_deadline_s, self.settings.max_decompression_ratio
         if isinstance(pool, ProcessPoolExecutor):
-            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules, job, deadline_s, ratio)
+            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules, job, deadline_s, ratio,
+                           workers)
         else:
             call = partial(run_pipeline, self.pipeline, str(path), limit, self.refiner,
                            diagnosis_id=diagnosis_id, propose_rules=propose_rules, job=job,
-                           deadline_s=deadline_s, max_ratio=ratio)
+                           deadline_s=deadline_s, max_ratio=ratio, workers=workers)
         try:
             return await loop.run_in_executor(pool, call)
         except BrokenProcessPool:
@@ -169,7 +176,7 @@ class PipelineExecutor:
                 raise
             # the pool was replaced (new rules) between picking it and submitting: use the new one
         return await self.run(path, limit, diagnosis_id=diagnosis_id, propose_rules=propose_rules,
-                              retries=retries - 1, job=job)
+                              retries=retries - 1, job=job, workers=workers)
 
     def shutdown(self) -> None:
         if self._pool is not None:
