@@ -87,7 +87,7 @@ class _LazyGroup(click.Group):
     web/database imports."""
 
     lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
-            "token": "app.service_cli:token"}
+            "token": "app.service_cli:token", "demo-data": "app.service_cli:demo_data"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

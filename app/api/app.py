@@ -34,6 +34,7 @@ from app.logs.storage import BlobStore
 from app.rules_review.router import router as rules_router
 from app.settings import DiagnosisExecutor, Settings
 from app.stats.router import router as stats_router
+from app.web import install_web
 
 log = logging.getLogger("logdx.api")
 
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
                    rules_router, stats_router, actions_router):
         app.include_router(router)
+    install_web(app)  # engineers' pages under /ui (after the handlers: it wraps them)
     app.add_middleware(JsonBodyLimitMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)
     return app
