@@ -12,7 +12,7 @@ from markupsafe import Markup
 
 SERIES = [("loss", "loss"), ("grad_norm", "grad norm"), ("throughput", "throughput"),
           ("loss_scale", "loss scale"), ("lr", "learning rate")]
-SPIKE_FACTOR = 3.0  # a point this many MADs above the median of the 10 before it is a spike
+SPIKE_FACTOR = 6.0  # a point this many (scaled) MADs above the median of the 10 before it is a spike
 SPIKE_WINDOW = 10
 
 
@@ -38,7 +38,7 @@ def bar(share: float, *, label: str = "", width: int = 160) -> Markup:
                   f'<rect class="fill" width="{w:.1f}" height="12"/></svg>')
 
 
-def column_chart(points: list[tuple[str, float]], *, width: int = 640, height: int = 140,
+def column_chart(points: list[tuple[str, float]], *, width: int = 1200, height: int = 160,
                  label: str = "") -> Markup:
     """Vertical bars, one per period (the trend over time)."""
     if not points:
@@ -72,7 +72,7 @@ def spikes(values: list[float]) -> list[int]:
         window = values[i - SPIKE_WINDOW:i]
         med = statistics.median(window)
         mad = statistics.median(abs(v - med) for v in window) or abs(med) * 0.05 or 1e-9
-        if values[i] > med + SPIKE_FACTOR * mad * 1.4826 and values[i] > med * 1.2:
+        if values[i] > med + SPIKE_FACTOR * mad * 1.4826 and values[i] > med * 1.5:
             out.append(i)
     return out
 

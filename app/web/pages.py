@@ -3,6 +3,7 @@ query, calls services (`app.failures`, `app.stats`, `app.labels`, ...) and rende
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -165,5 +166,19 @@ def stats_page(request: Request, services: ServicesDep, _: WebEngineer, cluster:
     return page(request, "stats.html", stats=data, agreement=agreement, choices=choices, cluster=opt(cluster),
                 range_key=range_key, since=opt(since), until=opt(until), interval=interval,
                 repeat_hosts=[b for b in data.by_host if b.failed_jobs >= 2],
-                trend=[(b.key, b.gpu_hours) for b in data.by_period],
+                trend=_with_empty_days([(b.key, b.gpu_hours) for b in data.by_period], interval),
                 trend_jobs=[(b.key, b.gpu_hours, b.failed_jobs) for b in data.by_period])
+
+
+def _with_empty_days(points: list[tuple[str, float]], interval: str) -> list[tuple[str, float]]:
+    """Days without failures drawn as empty columns (a gap is information too)."""
+    if interval != "day" or len(points) < 2:
+        return points
+    have = dict(points)
+    day, last = (datetime.strptime(points[0][0], "%Y-%m-%d"), datetime.strptime(points[-1][0], "%Y-%m-%d"))
+    out = []
+    while day <= last and len(out) < 1000:
+        key = day.strftime("%Y-%m-%d")
+        out.append((key, have.get(key, 0.0)))
+        day += timedelta(days=1)
+    return out
