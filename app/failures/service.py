@@ -147,10 +147,11 @@ class FailureGroup:
 
     @property
     def explained_by(self) -> str:
-        if self.labels:
-            label = max(self.labels.items(), key=lambda kv: kv[1])[0]
-            return f"label: {label}"
-        return f"rule: {self.rule_id}" if self.rule_id else "no rule (heuristics or LLM)"
+        """The rule that found it, and what humans labelled its jobs (they may disagree)."""
+        parts = [f"rule {self.rule_id}" if self.rule_id else "no rule (heuristics or LLM)"]
+        for error_type, n in sorted(self.labels.items(), key=lambda kv: (-kv[1], kv[0])):
+            parts.append(f"labelled {error_type} ({n} of {self.jobs})")
+        return " · ".join(parts)
 
 
 def gpu_hours(job: Job) -> float:

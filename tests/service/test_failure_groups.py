@@ -64,6 +64,9 @@ def test_agreement_counts_the_newest_label_per_diagnosis(app, client, sched, eng
         agreement = label_agreement(session=session)
     assert (agreement.labelled, agreement.agreed, agreement.rate) == (2, 1, 0.5)
     assert agreement.by_decider == {"rules": (2, 1)}
+    with app.state.services.db.transaction() as session:
+        group = failures.list_groups(session=session)[0]
+    assert group.explained_by == f"rule {group.rule_id} · labelled ECCError (1 of 2) · labelled NVLinkError (1 of 2)"
 
 
 def test_migration_fills_in_fingerprints_of_earlier_diagnoses(app, client, sched, settings):
