@@ -78,9 +78,11 @@ def spikes(values: list[float]) -> list[int]:
 
 
 def metric_charts(points: list[dict[str, Any]] | None, *, last_progress_line: int | None,
-                  failure_line: int | None, width: int = 640, height: int = 150) -> list[SeriesChart]:
+                  failure_line: int | None, evidence_lines: set[int] | frozenset[int] = frozenset(),
+                  width: int = 640, height: int = 150) -> list[SeriesChart]:
     """One chart per metric present: x is the log line (so the failure and the last progress
-    can be drawn on the same axis), y the value; spikes and NaN/inf points are marked."""
+    can be drawn on the same axis), y the value; spikes, the points the diagnosis cites as
+    evidence (a loss spike found by the pipeline) and NaN/inf points are marked."""
     points = points or []
     nan_lines = [p["line"] for p in points if p.get("nan")]
     charts = []
@@ -109,6 +111,8 @@ def metric_charts(points: list[dict[str, Any]] | None, *, last_progress_line: in
                  f'<text class="axis" x="{width - pad_r}" y="{height - 4}" text-anchor="end">line {x1}</text>',
                  f'<path class="series" d="{path}" fill="none"/>']
         spike_idx = spikes(ys) if key in ("loss", "grad_norm") else []
+        if key == "loss":
+            spike_idx = sorted(set(spike_idx) | {i for i, (x, _, _) in enumerate(series) if x in evidence_lines})
         for i in spike_idx:
             x, y, step = series[i]
             parts.append(f'<circle class="spike" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4">'

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, BackgroundTasks, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from pydantic import ValidationError
 
 from app.api.deps import ServicesDep
 from app.core.types import Category, ErrorType
@@ -113,7 +114,8 @@ def job_detail(request: Request, job_id: int, services: ServicesDep, _: WebEngin
     progress = result.get("last_progress") or {}
     charts = metric_charts(data.compressed.metrics if data.compressed else None,
                            last_progress_line=progress.get("line"),
-                           failure_line=evidence[0]["line"] if evidence else None)
+                           failure_line=evidence[0]["line"] if evidence else None,
+                           evidence_lines={e["line"] for e in evidence})
     return page(request, "job.html", data=data, job=data.job, current=data.current, result=result, view=view,
                 charts=charts, saved=request.query_params.get("saved"))
 
@@ -129,7 +131,10 @@ def label_job(job_id: int, services: ServicesDep, user: WebEngineer, background:
     try:
         data = LabelCreate(verdict=verdict, error_type=ErrorType(opt(error_type)) if opt(error_type) else None,
                            category=Category(opt(category)) if opt(category) else None, note=opt(note))
-    except ValueError as exc:
+    except ValidationError as exc:
+        reasons = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise InvalidInput(f"the label is not valid: {reasons}") from exc
+    except ValueError as exc:  # an error type or category that is not in the canonical list
         raise InvalidInput(f"the label is not valid: {exc}") from exc
     with services.db.transaction() as session:
         if diagnoses.get_diagnosis(session=session, diagnosis_id=diagnosis_id).job_id != job_id:

@@ -94,7 +94,7 @@ def rules_page(request: Request, services: ServicesDep, _: WebEngineer) -> HTMLR
 
 @router.post("/rules/proposed/{rule_id}/try", response_class=HTMLResponse)
 def try_rule(request: Request, rule_id: int, services: ServicesDep, _: WebEngineer,
-             text: Annotated[str, Form(max_length=1_000_000)]) -> HTMLResponse:
+             text: Annotated[str, Form(max_length=500_000)]) -> HTMLResponse:
     """Run the proposed pattern over a pasted log (nothing is stored)."""
     with services.db.transaction() as session:
         pattern = rules.get_proposed(session=session, rule_id=rule_id).pattern

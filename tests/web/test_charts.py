@@ -33,3 +33,9 @@ def test_sparkline_and_bar_scale_and_label():
     assert svg.count("<rect") == 3 and 'aria-label="jobs per day"' in svg
     assert 'width="80.0"' in str(charts.bar(0.5, width=160))
     assert 'width="160.0"' in str(charts.bar(3.0, width=160))  # clamped
+
+
+def test_a_loss_point_the_diagnosis_cites_is_marked_even_in_a_short_series():
+    points = [{"line": n, "step": n, "values": {"loss": v}} for n, v in [(4, 1.1), (5, 1.2), (6, 11.5)]]
+    chart = charts.metric_charts(points, last_progress_line=None, failure_line=6, evidence_lines={6})[0]
+    assert chart.spikes == 1 and "spike: 11.5 at step 6" in str(chart.svg)
