@@ -24,6 +24,7 @@ from app.db.migrate import upgrade_to_head
 from app.diagnoses.executor import PipelineExecutor, build_pipeline, build_refiner
 from app.diagnoses.router import router as diagnoses_router
 from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
+from app.failures.router import router as failures_router
 from app.jobs.router import router as jobs_router
 from app.labels.case_store import LabelCaseRecorder
 from app.labels.router import router as labels_router
@@ -96,7 +97,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     app.state.services = services
     install_error_handlers(app)
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
-                   rules_router, stats_router, actions_router):
+                   rules_router, stats_router, actions_router, failures_router):
         app.include_router(router)
     install_web(app)  # engineers' pages under /ui (after the handlers: it wraps them)
     app.add_middleware(JsonBodyLimitMiddleware)

@@ -5,6 +5,7 @@ do: portable across SQLite and PostgreSQL at one cluster-year of jobs."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -14,11 +15,14 @@ from sqlalchemy.orm import Session
 
 from app.core.fingerprint import mask_text
 from app.db.base import utcnow
+from app.errors import InvalidInput, NotFound
 from app.diagnoses.models import DiagnosisRow
 from app.failures.models import FailureGroupState, GroupState
+from app.failures.schemas import FailureGroupOut
 from app.jobs.models import Job, JobHost
 from app.labels.models import Label
 
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 SPARK_DAYS = 14
 NEW_GROUP_HOURS = 24
 
@@ -207,6 +211,10 @@ def list_groups(*, session: Session, cluster: str | None = None, since: datetime
 
 def set_group_state(*, session: Session, fingerprint: str, state: GroupState, note: str | None,
                     updated_by: str) -> FailureGroupState:
+    if not FINGERPRINT.fullmatch(fingerprint):
+        raise InvalidInput(f"{fingerprint!r} is not a failure fingerprint (16 hex digits)")
+    if session.scalar(select(DiagnosisRow.id).where(DiagnosisRow.fingerprint == fingerprint).limit(1)) is None:
+        raise NotFound(f"no diagnosis has the failure fingerprint {fingerprint}", detail={"fingerprint": fingerprint})
     row = session.get(FailureGroupState, fingerprint, with_for_update=True)
     if row is None:
         row = FailureGroupState(fingerprint=fingerprint, state=state.value, note=note, updated_by=updated_by)
@@ -216,3 +224,12 @@ def set_group_state(*, session: Session, fingerprint: str, state: GroupState, no
     session.flush()
     return row
 
+
+
+def group_out(group: FailureGroup) -> FailureGroupOut:
+    return FailureGroupOut(
+        fingerprint=group.fingerprint, error_type=group.error_type, category=group.category, rule_id=group.rule_id,
+        sample=group.sample, first_seen=group.first_seen, last_seen=group.last_seen, jobs=group.jobs,
+        gpu_hours=round(group.gpu_hours, 3), hosts=sorted(group.hosts), clusters=sorted(group.clusters),
+        labels=dict(group.labels), daily=list(group.daily), state=GroupState(group.state), note=group.note,
+        updated_by=group.updated_by, is_new=group.is_new)

@@ -93,11 +93,7 @@ def groups_page(request: Request, services: ServicesDep, _: WebEngineer, cluster
 def set_group_state(fingerprint: str, services: ServicesDep, user: WebEngineer,
                     state: Annotated[GroupState, Form()],
                     note: Annotated[str | None, Form(max_length=2000)] = None) -> RedirectResponse:
-    if len(fingerprint) != 16 or any(c not in "0123456789abcdef" for c in fingerprint):
-        raise InvalidInput(f"{fingerprint!r} is not a failure fingerprint (16 hex digits)")
     with services.db.transaction() as session:
-        if not failures.list_groups(session=session, fingerprint=fingerprint):
-            raise NotFound(f"no failure group {fingerprint}")
         failures.set_group_state(session=session, fingerprint=fingerprint, state=state, note=opt(note),
                                  updated_by=user.principal.name)
     return RedirectResponse(f"{PREFIX}/groups#g-{fingerprint}", status_code=303)

@@ -81,3 +81,19 @@ def test_migration_fills_in_fingerprints_of_earlier_diagnoses(app, client, sched
         fp, rule = session.execute(select(DiagnosisRow.fingerprint, DiagnosisRow.rule_id)).one()
     assert fp == fingerprint(Diagnosis.model_validate(out["diagnosis"]))
     assert rule == out["diagnosis"]["root_cause"]["rule_id"]
+
+
+def test_groups_over_the_api(client, sched, eng):
+    _diagnose(client, sched, "1", sample_log(host="node-1"), hosts=["node-1"])
+    _diagnose(client, sched, "2", sample_log(host="node-2"), hosts=["node-2"])
+    groups = client.get("/v1/failure-groups", headers=eng).json()["items"]
+    assert [(g["jobs"], g["hosts"], g["state"]) for g in groups] == [(2, ["node-1", "node-2"], "new")]
+    fp = groups[0]["fingerprint"]
+    resp = client.put(f"/v1/failure-groups/{fp}", json={"state": "known", "note": "INFRA-7"}, headers=eng)
+    assert resp.status_code == 200 and (resp.json()["state"], resp.json()["note"]) == ("known", "INFRA-7")
+    assert client.get("/v1/failure-groups?state=new", headers=eng).json()["items"] == []
+    missing = client.put(f"/v1/failure-groups/{'0' * 16}", json={"state": "known"}, headers=eng)
+    assert missing.status_code == 404 and missing.json()["error"]["detail"] == {"fingerprint": "0" * 16}
+    assert client.put("/v1/failure-groups/XYZ", json={"state": "known"}, headers=eng).status_code == 422
+    assert client.put(f"/v1/failure-groups/{fp}", json={"state": "gone"}, headers=eng).status_code == 422
+    assert client.get("/v1/failure-groups", headers=sched).status_code == 403
