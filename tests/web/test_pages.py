@@ -249,3 +249,13 @@ def test_raw_log_download_and_empty_states(client, tokens, sched):
     job_id, _ = diagnosed_job(client, sched)
     raw = client.get(f"/ui/jobs/{job_id}/log/raw")
     assert raw.status_code == 200 and raw.content == sample_log()
+
+
+def test_statistics_trend_draws_days_without_failures(client, tokens, sched):
+    diagnosed_job(client, sched, "old", started_at=_recent(24 * 3 + 5), ended_at=_recent(24 * 3))
+    diagnosed_job(client, sched, "new")
+    sign_in(client, tokens["engineer"])
+    page = client.get("/ui/stats", params={"range": "7d", "interval": "day"}).text
+    trend = re.search(r'<svg class="columns".*?</svg>', page, re.S).group(0)
+    assert trend.count("<rect") == 4  # 3 days ago, two empty days, today
+    assert page.count(": 1 job ·") + page.count(": 1 job<") == 2  # the per-day counts under the chart
