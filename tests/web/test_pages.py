@@ -259,3 +259,26 @@ def test_statistics_trend_draws_days_without_failures(client, tokens, sched):
     trend = re.search(r'<svg class="columns".*?</svg>', page, re.S).group(0)
     assert trend.count("<rect") == 4  # 3 days ago, two empty days, today
     assert page.count(": 1 job ·") + page.count(": 1 job<") == 2  # the per-day counts under the chart
+
+
+def test_job_page_shows_attempts_and_controller_actions(app, client, tokens, sched):
+    from app.actions.service import finish_action, record_action
+
+    job_id, first = diagnosed_job(client, sched, "requeued")
+    db = app.state.services.db
+    action = db.run(record_action, job_id=job_id, kind="isolate_and_restart", actor="controller", dry_run=False,
+                    diagnosis_id=first["id"], params={"drain": ["node-12"]})
+    db.run(finish_action, action_id=action.id, status="succeeded", result={"requeued": True})
+    new_job(client, sched, "requeued", attempt=2, started_at=_recent(0.5), ended_at=_recent(0.1))
+    assert client.put(f"/v1/jobs/{job_id}/log?attempt=2", content=b"step 1\nKeyError: 'x'\n",
+                      headers=sched).status_code == 201
+    second = client.post(f"/v1/jobs/{job_id}/diagnoses", headers=sched).json()
+    sign_in(client, tokens["engineer"])
+    page = client.get(f"/ui/jobs/{job_id}").text
+    timeline = re.search(r'<ol class="timeline">.*?</ol>', page, re.S).group(0)
+    assert timeline.index("Attempt 1") < timeline.index(f"diagnosis #{first['id']}") < \
+        timeline.index("isolate and restart (succeeded)") < timeline.index("restarted") < \
+        timeline.index("Attempt 2") < timeline.index(f"diagnosis #{second['id']}: KeyError")
+    assert "node-12" in page and "succeeded" in page  # the audit row
+    older = client.get(f"/ui/jobs/{job_id}", params={"diagnosis": first["id"]}).text
+    assert "older diagnosis" in older and "ECCError" in older
