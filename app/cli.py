@@ -100,7 +100,8 @@ class _LazyGroup(click.Group):
     web/database imports."""
 
     lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
-            "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel"}
+            "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel",
+            "demo-data": "app.service_cli:demo_data"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

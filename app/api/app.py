@@ -24,6 +24,7 @@ from app.db.migrate import upgrade_to_head
 from app.diagnoses.executor import PipelineExecutor, build_pipeline, build_refiner
 from app.diagnoses.router import router as diagnoses_router
 from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
+from app.failures.router import router as failures_router
 from app.jobs.router import router as jobs_router
 from app.labels.case_store import LabelCaseRecorder
 from app.labels.router import router as labels_router
@@ -36,6 +37,7 @@ from app.relabel.tasks import build_queue as build_relabel_queue
 from app.rules_review.router import router as rules_router
 from app.settings import DiagnosisExecutor, Settings
 from app.stats.router import router as stats_router
+from app.web import install_web
 
 log = logging.getLogger("logdx.api")
 
@@ -102,8 +104,10 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     app.state.services = services
     install_error_handlers(app)
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
-                   rules_router, stats_router, actions_router, relabel_router, rule_impact_router):
+                   rules_router, stats_router, actions_router, relabel_router, rule_impact_router,
+                   failures_router):
         app.include_router(router)
+    install_web(app)  # engineers' pages under /ui (after the handlers: it wraps them)
     app.add_middleware(JsonBodyLimitMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)
     return app

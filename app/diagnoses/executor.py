@@ -19,6 +19,7 @@ from app.core.pipeline import Pipeline
 from app.core.placement import JobPlacement
 from app.diagnoses.refine import LLMRefiner
 from app.diagnoses.scheduler import SlotScheduler
+from app.core.compressed import series_points
 from app.llm.retrieval import failure_signature
 from app.logs.storage import BoundedReader
 from app.settings import DiagnosisExecutor, Settings
@@ -62,7 +63,8 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
             return {"input_error": str(exc)}
     output: dict[str, Any] = {"diagnosis": result.diagnosis.to_json_dict(),
                               "compressed_text": result.compressed.text,
-                              "signature": failure_signature(result)}
+                              "signature": failure_signature(result),
+                              "metrics": series_points(result.compressed)}
     if refiner is not None:
         diagnosis, llm = refiner.review(result, pipeline=pipeline, diagnosis_id=diagnosis_id,
                                         propose_rules=propose_rules)
