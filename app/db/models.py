@@ -2,6 +2,7 @@
 
 from app.actions.models import ControllerAction
 from app.auth.models import ApiToken
+from app.controller.models import ClusterControl, HostIncident, JobLock, ProbeRun, RecoveryRun
 from app.db.base import Base
 from app.diagnoses.models import DiagnosisRow
 from app.jobs.models import Attempt, Job, JobHost
@@ -9,5 +10,6 @@ from app.labels.models import Label, LabelledCaseRow
 from app.logs.models import CompressedLog, JobLog, LogBlob
 from app.rules_review.models import ProposedRule
 
-__all__ = ["ApiToken", "Attempt", "Base", "CompressedLog", "ControllerAction", "DiagnosisRow",
-           "Job", "JobHost", "JobLog", "Label", "LabelledCaseRow", "LogBlob", "ProposedRule"]
+__all__ = ["ApiToken", "Attempt", "Base", "ClusterControl", "CompressedLog", "ControllerAction",
+           "DiagnosisRow", "HostIncident", "Job", "JobHost", "JobLock", "JobLog", "Label",
+           "LabelledCaseRow", "LogBlob", "ProbeRun", "ProposedRule", "RecoveryRun"]
