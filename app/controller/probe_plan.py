@@ -12,6 +12,7 @@ disjoint groups (real process groups, through the scheduler or locally) and retu
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -147,8 +148,13 @@ def run_two_rounds(nodes: Sequence[str], run_batch: RunBatch, *, suspects: Seque
     failed = [n for r in r1 if not r.ok for n in r.members]
     passed = [n for r in r1 if r.ok for n in r.members]
     slow_r1 = [n for r in slow_groups(r1, factor=slow_factor, min_extra_s=min_slow_s) for n in r.members]
-    partners = [n for n in passed if n not in set(slow_r1)] or [n for n in reference if n not in set(nodes)]
     rounds = [[asdict(r) for r in r1]]
+    if failed and not passed and 3 <= len(nodes) <= 4 and not reference:
+        # a lone triple (or both pairs of four) failed: try every pair once to find good partners
+        extra = _run(run_batch, 1, [g for g in itertools.combinations(nodes, 2) if g not in {r.members for r in r1}])
+        rounds.append([asdict(r) for r in extra])
+        passed = sorted({n for r in extra if r.ok for n in r.members})
+    partners = [n for n in passed if n not in set(slow_r1)] or [n for n in reference if n not in set(nodes)]
     if not failed and not slow_r1:
         return ProbeReport(Verdict.OK, [], [], sorted(passed), "every group passed round 1",
                            rounds, clock() - start, [t1])
@@ -164,9 +170,12 @@ def run_two_rounds(nodes: Sequence[str], run_batch: RunBatch, *, suspects: Seque
     median2 = statistics.median([r.elapsed_s for r in r1 if r.ok] or [0.0])
     slow_limit = max(median2 * slow_factor, median2 + min_slow_s)
     slow = sorted(c for c in slow_r1 if by_candidate[c].ok and by_candidate[c].elapsed_s > slow_limit)
-    # a partner that failed round 2 with every candidate it met is itself suspect: say so
-    bad_partners = sorted({r.members[1] for r in r2 if not r.ok}
-                          - {r.members[1] for r in r2 if r.ok} - set(reference))
+    # a partner that failed round 2 with two or more candidates and passed with none is itself
+    # suspect (it passed round 1, so it broke in between): say so, blame nobody extra
+    met: dict[str, list[bool]] = {}
+    for r in r2:
+        met.setdefault(r.members[1], []).append(r.ok)
+    bad_partners = sorted(p for p, oks in met.items() if len(oks) >= 2 and not any(oks) and p not in reference)
     if faulty:
         verdict, reason = Verdict.FAULTY, "failed the allgather in round 1 and again with a good partner in round 2"
     else:
