@@ -91,9 +91,12 @@ def round1_groups(nodes: Sequence[str], suspects: Sequence[str] = (), *,
 
 def round2_groups(candidates: Sequence[str], partners: Sequence[str]) -> list[tuple[str, str]]:
     """Each candidate with a partner from the passed groups, spreading the load round-robin."""
-    if not partners:
-        return []
-    return [(c, partners[i % len(partners)]) for i, c in enumerate(candidates)]
+    out = []
+    for i, c in enumerate(candidates):
+        others = [p for p in partners if p != c]
+        if others:
+            out.append((c, others[i % len(others)]))
+    return out
 
 
 def waves(groups: Sequence[tuple[str, ...]]) -> list[list[tuple[str, ...]]]:
@@ -162,14 +165,15 @@ def run_two_rounds(nodes: Sequence[str], run_batch: RunBatch, *, suspects: Seque
         why = ("every group failed and no known-good node was given: the fault is common to all "
                "nodes (fabric, rendezvous, software) or every node is faulty; nothing is blamed")
         return ProbeReport(Verdict.INCONCLUSIVE, [], [], [], why, rounds, clock() - start, [t1])
-    candidates = failed + slow_r1
+    candidates = [n for n in failed if n not in set(passed)] + slow_r1
     r2 = _run(run_batch, 2, round2_groups(candidates, partners))
     rounds.append([asdict(r) for r in r2])
     by_candidate = {r.members[0]: r for r in r2}
-    faulty = sorted(c for c in failed if not by_candidate[c].ok)
+    faulty = sorted(c for c in failed if c in by_candidate and not by_candidate[c].ok)
     median2 = statistics.median([r.elapsed_s for r in r1 if r.ok] or [0.0])
     slow_limit = max(median2 * slow_factor, median2 + min_slow_s)
-    slow = sorted(c for c in slow_r1 if by_candidate[c].ok and by_candidate[c].elapsed_s > slow_limit)
+    slow = sorted(c for c in slow_r1 if c in by_candidate and by_candidate[c].ok
+                  and by_candidate[c].elapsed_s > slow_limit)
     # a partner that failed round 2 with two or more candidates and passed with none is itself
     # suspect (it passed round 1, so it broke in between): say so, blame nobody extra
     met: dict[str, list[bool]] = {}

@@ -191,14 +191,18 @@ class SchedulerProber:
 
     def __call__(self, scheduler, hosts: Sequence[str], *, suspects: Sequence[str] = ()) -> ProbeReport:  # noqa: ANN001
         hosts = list(hosts)
+        # idle nodes outside the job are the known-good partners when every group of the job fails
+        # (two-node jobs above all); a node not idle is busy or suspect and is left alone
+        reference = [n for n, info in scheduler.nodes().items()
+                     if n not in hosts and not info.drained and info.state.startswith("IDLE")][:2]
         if scheduler.probe_command(hosts[:2], ["true"]) is None:
-            with LocalProbeCluster(hosts, timeout_s=self.timeout_s, nbytes=self.nbytes, port=self.port,
-                                   faults=_faults(self.env)) as cluster:
+            with LocalProbeCluster(hosts + reference, timeout_s=self.timeout_s, nbytes=self.nbytes,
+                                   port=self.port, faults=_faults(self.env)) as cluster:
                 cluster.wait_ready()
-                return cluster.probe(suspects=suspects)
+                return cluster.probe(hosts, suspects=suspects, reference=reference)
         runner = CommandProbeRunner(scheduler.probe_command, timeout_s=self.timeout_s, nbytes=self.nbytes,
                                     host=self.host, port=self.port, env=self.env)
-        return runner.probe(hosts, suspects=suspects)
+        return runner.probe(hosts, suspects=suspects, reference=reference)
 
 
 def _faults(env: dict[str, str] | None) -> dict[str, str]:

@@ -219,10 +219,13 @@ class Controller:
         if self.prober is None:
             ctx.outcome["probe"] = {"verdict": "not_run"}
             return {"_status": "skipped", "why": "no prober is configured"}
-        report = self.prober(scheduler, list(step.hosts), suspects=step.params.get("suspects", []))
+        nodes = scheduler.nodes()
+        # nodes drained earlier (an earlier attempt's bad node) are not probed again
+        hosts = [h for h in step.hosts if not (h in nodes and nodes[h].drained)]
+        report = self.prober(scheduler, hosts, suspects=step.params.get("suspects", []))
         with self.db.transaction() as session:
             probe = store.save_probe(session=session, cluster=ctx.cluster, job_id=ctx.job_id,
-                                     hosts=list(step.hosts), report=report)
+                                     hosts=hosts, report=report)
         ctx.outcome["probe"] = {"id": probe.id, "verdict": report.verdict.value, "faulty": report.faulty,
                                 "slow": report.slow}
         return {"probe_id": probe.id, "verdict": report.verdict.value, "faulty": report.faulty,
@@ -262,7 +265,7 @@ class Controller:
                            exclude=tuple(dict.fromkeys(ctx.exclude)), reason=ctx.plan.reason)
         if not ctx.dry_run and info.workdir:
             spec.write(info.workdir)
-        scheduler.requeue(ctx.external_id, restart=spec)
+        scheduler.requeue(ctx.external_id, restart=spec, delay_s=float(step.params.get("delay_s") or 0.0))
         ctx.outcome["restart"] = {**asdict(spec), "delay_s": step.params.get("delay_s", 0.0)}
         return {"checkpoint": spec.checkpoint, "checkpoint_step": spec.checkpoint_step,
                 "skip_batches": skip, "exclude": list(spec.exclude), "job_state_before": info.state,

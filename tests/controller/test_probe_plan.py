@@ -87,3 +87,15 @@ def test_round2_only_touches_the_failed_groups():
     run_two_rounds(nodes(16), simulate(["n07"], log=log))
     assert [len(g) for r, gs in log if r == 2 for g in gs] == [2, 2]
     assert {n for r, gs in log if r == 2 for g in gs for n in g[:1]} == {"n06", "n07"}
+
+
+def test_four_nodes_with_two_faults_in_different_pairs():
+    # both round-1 pairs fail; trying every pair finds good partners, round 2 settles it
+    for pair in itertools.combinations(nodes(4), 2):
+        report = run_two_rounds(nodes(4), simulate(pair))
+        assert report.faulty == sorted(pair) or (report.verdict is Verdict.INCONCLUSIVE and report.faulty == [])
+    assert run_two_rounds(nodes(4), simulate(["n00", "n02"])).faulty == ["n00", "n02"]
+
+
+def test_round2_never_pairs_a_node_with_itself():
+    assert all(a != b for a, b in round2_groups(["a", "b", "c"], ["b", "c"]))

@@ -71,7 +71,9 @@ class Scheduler(Protocol):
 
     def resume(self, node: str, *, reason: str) -> None: ...
 
-    def requeue(self, job_id: str, *, restart: RestartSpec) -> None: ...
+    def requeue(self, job_id: str, *, restart: RestartSpec, delay_s: float = 0.0) -> None:
+        """Restart the job (after `delay_s`), without the excluded nodes."""
+        ...
 
     def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
         """The command that runs `argv` once on each of `nodes` (srun -N2 -w a,b ...), or None
@@ -99,8 +101,8 @@ class RecordingScheduler:
     def resume(self, node: str, *, reason: str) -> None:
         self.commands.append({"op": "resume", "node": node, "reason": reason})
 
-    def requeue(self, job_id: str, *, restart: RestartSpec) -> None:
-        self.commands.append({"op": "requeue", "job_id": job_id, "restart": asdict(restart)})
+    def requeue(self, job_id: str, *, restart: RestartSpec, delay_s: float = 0.0) -> None:
+        self.commands.append({"op": "requeue", "job_id": job_id, "restart": asdict(restart), "delay_s": delay_s})
 
     def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
         return self.inner.probe_command(nodes, argv)

@@ -98,7 +98,7 @@ class LocalScheduler:
                 return info
             time.sleep(0.1)
 
-    def requeue(self, job_id: str, *, restart: RestartSpec) -> None:
+    def requeue(self, job_id: str, *, restart: RestartSpec, delay_s: float = 0.0) -> None:
         state = self._load()
         job = state["jobs"].get(job_id)
         if job is None:
@@ -107,7 +107,7 @@ class LocalScheduler:
             os.killpg(job["pid"], 15)
         job["exclude"] = sorted(set(job["exclude"]) | set(restart.exclude))
         job["restarts"] += 1
-        self._start(state, job_id, delay_s=0.0)
+        self._start(state, job_id, delay_s=delay_s)
         self._save(state)
 
     # -- nodes -----------------------------------------------------------------------------------
