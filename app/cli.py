@@ -87,7 +87,8 @@ class _LazyGroup(click.Group):
     web/database imports."""
 
     lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
-            "token": "app.service_cli:token"}
+            "token": "app.service_cli:token",
+            "probe": "app.controller.cli:probe", "recover": "app.controller.cli:recover"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

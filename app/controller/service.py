@@ -221,7 +221,11 @@ class Controller:
             return {"_status": "skipped", "why": "no prober is configured"}
         nodes = scheduler.nodes()
         # nodes drained earlier (an earlier attempt's bad node) are not probed again
-        hosts = [h for h in step.hosts if not (h in nodes and nodes[h].drained)]
+        hosts = [h for h in step.hosts if h in nodes and not nodes[h].drained]
+        if len(hosts) < 2 and not [n for n in nodes if n not in hosts]:
+            ctx.outcome["probe"] = {"verdict": "not_run"}
+            return {"_status": "skipped", "why": f"nothing to probe: job hosts {list(step.hosts)[:10]} are "
+                    f"unknown to the {scheduler.name} scheduler or drained"}
         report = self.prober(scheduler, hosts, suspects=step.params.get("suspects", []))
         with self.db.transaction() as session:
             probe = store.save_probe(session=session, cluster=ctx.cluster, job_id=ctx.job_id,
