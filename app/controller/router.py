@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Header, Path
 
 from app.api.deps import Admin, DbDep, Engineer, Scheduler, ServicesDep
 from app.api.openapi import ERRORS
@@ -14,7 +14,9 @@ from app.controller.schemas import (
 from app.controller.service import Controller
 from app.errors import InvalidInput, NotFound
 from app.jobs.service import get_job
-from app.schemas_common import ObjectId
+from app.schemas_common import _NO_CONTROL, ObjectId
+
+ClusterName = Annotated[str, Path(min_length=1, max_length=128, pattern=_NO_CONTROL, description="Cluster name")]
 
 router = APIRouter(tags=["controller"], responses=ERRORS)
 
@@ -43,7 +45,8 @@ def _probe_out(row) -> ProbeOut:  # noqa: ANN001
 
 @router.post("/v1/jobs/{job_id}/recover", response_model=RecoveryOut)
 def recover(job_id: ObjectId, controller: ControllerDep, principal: Scheduler, body: RecoverRequest | None = None,
-            idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> RecoveryOut:
+            idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200, pattern=_NO_CONTROL)] = None,
+            ) -> RecoveryOut:
     """Plan and carry out the recovery of the job's failure (dry-run unless the cluster is
     enabled). Synchronous: a probe takes up to a few timeouts. A repeated request with the same
     idempotency key (default: job + diagnosis) returns the first run and acts no more."""
@@ -96,7 +99,7 @@ def run_probe(body: ProbeRequest, controller: ControllerDep, db: DbDep, _: Admin
 
 
 @router.get("/v1/clusters/{cluster}/controller", response_model=ClusterControlOut)
-def get_cluster_control(cluster: str, db: DbDep, _: Engineer) -> ClusterControlOut:
+def get_cluster_control(cluster: ClusterName, db: DbDep, _: Engineer) -> ClusterControlOut:
     with db.transaction() as session:
         row = store.cluster_control(session=session, cluster=cluster)
         if row is None:
@@ -106,10 +109,8 @@ def get_cluster_control(cluster: str, db: DbDep, _: Engineer) -> ClusterControlO
 
 
 @router.put("/v1/clusters/{cluster}/controller", response_model=ClusterControlOut)
-def put_cluster_control(cluster: str, body: ClusterControlIn, db: DbDep, principal: Admin) -> ClusterControlOut:
+def put_cluster_control(cluster: ClusterName, body: ClusterControlIn, db: DbDep, principal: Admin) -> ClusterControlOut:
     """Enable (or disable) real controller actions on a cluster; until then every recovery is a dry run."""
-    if not cluster or len(cluster) > 128:
-        raise InvalidInput("cluster name must be 1..128 characters")
     with db.transaction() as session:
         row = store.set_cluster_control(session=session, cluster=cluster, actions_enabled=body.actions_enabled,
                                         actor=f"api:{principal.name}", node_count=body.node_count)

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.schemas_common import ObjectId  # noqa: F401 - re-exported for the router
+from app.schemas_common import _NO_CONTROL, LongName, Name
+
+Key = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_NO_CONTROL)]
+PathText = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=_NO_CONTROL)]
 
 
 class RecoverRequest(BaseModel):
@@ -14,9 +17,9 @@ class RecoverRequest(BaseModel):
     diagnosis_id: int | None = Field(default=None, ge=1, description="Default: the job's newest finished diagnosis.")
     dry_run: bool | None = Field(default=None, description="Default: dry-run unless the cluster is enabled; "
                                  "false is refused (409) on a cluster that is not enabled.")
-    checkpoint_dir: str | None = Field(default=None, max_length=4096,
+    checkpoint_dir: PathText | None = Field(default=None,
                                        description="Where the job saves checkpoints (default: what the scheduler knows).")
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200,
+    idempotency_key: Key | None = Field(default=None,
                                         description="Same key, same run (also the Idempotency-Key header); "
                                         "default: job + diagnosis.")
 
@@ -48,9 +51,9 @@ class ProbeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"cluster": "seren", "hosts": ["node-04", "node-05", "node-06", "node-07"], "suspects": ["node-05"]}]})
 
-    cluster: str = Field(min_length=1, max_length=128)
-    hosts: list[str] = Field(min_length=2, max_length=1024)
-    suspects: list[str] = Field(default_factory=list, max_length=1024)
+    cluster: Name
+    hosts: list[LongName] = Field(min_length=2, max_length=1024)
+    suspects: list[LongName] = Field(default_factory=list, max_length=1024)
     job_id: int | None = Field(default=None, ge=1)
 
 
