@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
-from app.controller.probe_plan import GroupResult, ProbeReport, run_two_rounds
+from app.controller.probe_plan import GroupResult, ProbeReport, Verdict, run_two_rounds
 
 WORKER = [sys.executable, "-m", "app.controller.probe_worker"]
 
@@ -191,11 +191,14 @@ class SchedulerProber:
 
     def __call__(self, scheduler, hosts: Sequence[str], *, suspects: Sequence[str] = ()) -> ProbeReport:  # noqa: ANN001
         hosts = list(hosts)
+        if not getattr(scheduler, "local_probes", False) and scheduler.probe_command(hosts[:2], ["true"]) is None:
+            return ProbeReport(Verdict.INCONCLUSIVE, [], [], [],
+                               f"probes are not wired for the {scheduler.name} scheduler; nothing is blamed")
         # idle nodes outside the job are the known-good partners when every group of the job fails
         # (two-node jobs above all); a node not idle is busy or suspect and is left alone
         reference = [n for n, info in scheduler.nodes().items()
                      if n not in hosts and not info.drained and info.state.startswith("IDLE")][:2]
-        if scheduler.probe_command(hosts[:2], ["true"]) is None:
+        if getattr(scheduler, "local_probes", False):
             with LocalProbeCluster(hosts + reference, timeout_s=self.timeout_s, nbytes=self.nbytes,
                                    port=self.port, faults=_faults(self.env)) as cluster:
                 cluster.wait_ready()

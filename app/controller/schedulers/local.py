@@ -22,6 +22,7 @@ _WRAPPER = 'sleep "$LOGDX_DELAY_S"; "$@"; echo $? > "$LOGDX_EXIT_FILE"'
 
 class LocalScheduler:
     name = "local"
+    local_probes = True  # its nodes are names on this machine: probe workers are local processes
 
     def __init__(self, state_dir: str | Path, nodes: Sequence[str] = ()) -> None:
         self.state_dir = Path(state_dir)
