@@ -88,7 +88,8 @@ class _LazyGroup(click.Group):
 
     lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
             "token": "app.service_cli:token",
-            "probe": "app.controller.cli:probe", "recover": "app.controller.cli:recover"}
+            "probe": "app.controller.cli:probe", "recover": "app.controller.cli:recover",
+            "watch": "app.controller.cli:watch"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

@@ -96,3 +96,67 @@ def recover(job_id: int, act: bool | None, diagnosis_id: int | None, checkpoint_
     from app.controller.schemas import RecoveryOut
 
     click.echo(RecoveryOut.model_validate(run, from_attributes=True).model_dump_json(indent=1))
+
+
+@click.command()
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--factor", type=click.FloatRange(1.5, 1000), default=5.0, show_default=True,
+              help="Stalled after this many typical step times without progress.")
+@click.option("--floor", "floor_s", type=click.FloatRange(0.1, 86400), default=120.0, show_default=True,
+              help="Never call a stall before this many seconds.")
+@click.option("--straggler-factor", type=click.FloatRange(1.1, 100), default=2.0, show_default=True)
+@click.option("--interval", type=click.FloatRange(0.05, 60), default=1.0, show_default=True,
+              help="Seconds between checks of the file.")
+@click.option("--exec", "on_alert", default=None,
+              help="Shell command run on each alert, with the alert as JSON in $LOGDX_ALERT.")
+@click.option("--exit-on-stall", is_flag=True, help="Exit 1 at the first stall (after --exec).")
+@click.option("--max-seconds", type=click.FloatRange(0, None), default=None, help="Stop watching after this long.")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), default=None)
+def watch(log: str, factor: float, floor_s: float, straggler_factor: float, interval: float, on_alert: str | None,
+          exit_on_stall: bool, max_seconds: float | None, rules_dir: str | None) -> None:
+    """Watch a growing LOG: report stalls and stragglers (JSON lines) while the job runs."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from app.controller.watch import LiveWatcher
+    from app.core.rules import RuleError, load_rules
+
+    try:
+        watcher = LiveWatcher(load_rules(rules_dir), factor=factor, floor_s=floor_s,
+                              straggler_factor=straggler_factor)
+    except RuleError as exc:
+        _fail(f"bad rules: {exc}")
+    path = Path(log)
+    start = time.monotonic()
+    pos, partial = 0, b""
+    watcher.feed([], start)  # the watch starts the growth clock
+    watcher.last_growth_at = start
+    while max_seconds is None or time.monotonic() - start < max_seconds:
+        now = time.monotonic()
+        lines: list[str] = []
+        try:
+            size = path.stat().st_size
+            if size < pos:  # truncated or replaced: start over
+                pos, partial = 0, b""
+            if size > pos:
+                with path.open("rb") as f:
+                    f.seek(pos)
+                    data = f.read(size - pos)
+                pos += len(data)
+                chunks = (partial + data).split(b"\n")
+                partial = chunks.pop()
+                lines = [c.decode("utf-8", "replace").rstrip("\r") for c in chunks]
+        except FileNotFoundError:
+            pass
+        alerts = watcher.feed(lines, now) + watcher.tick(now)
+        for alert in alerts:
+            record = {"kind": alert.kind, "after_s": round(alert.at - start, 3), "message": alert.message,
+                      **alert.details}
+            click.echo(json.dumps(record))
+            if on_alert:
+                subprocess.run(on_alert, shell=True, env={**os.environ, "LOGDX_ALERT": json.dumps(record)})
+            if alert.kind == "stall" and exit_on_stall:
+                sys.exit(1)
+        time.sleep(interval)
