@@ -130,7 +130,7 @@ class Controller:
             window = self.rules.defaults.repeat_offender.window_s
             counts = store.host_failures(session=session, cluster=job.cluster, hosts=list(facts.suspect_hosts),
                                          since=now - timedelta(seconds=window))
-            plan = plan_recovery(facts, store.history(session=session, job_id=job.id), counts,
+            plan = plan_recovery(facts, store.history(session=session, job_id=job.id, dry_run=dry_run), counts,
                                  self.rules, now=now)
             run = RecoveryRun(job_id=job.id, diagnosis_id=row.id, idempotency_key=key,
                               fingerprint=facts.fingerprint, error_type=facts.error_type.value,

@@ -35,8 +35,9 @@ def run_by_key(*, session: Session, key: str) -> RecoveryRun | None:
     return session.scalars(select(RecoveryRun).where(RecoveryRun.idempotency_key == key)).first()
 
 
-def history(*, session: Session, job_id: int) -> list[PriorAttempt]:
-    rows = session.scalars(select(RecoveryRun).where(RecoveryRun.job_id == job_id,
+def history(*, session: Session, job_id: int, dry_run: bool) -> list[PriorAttempt]:
+    """Earlier runs of the same mode: dry runs rehearse the budget without spending the real one."""
+    rows = session.scalars(select(RecoveryRun).where(RecoveryRun.job_id == job_id, RecoveryRun.dry_run.is_(dry_run),
                                                      RecoveryRun.status != "failed"))
     return [PriorAttempt(fingerprint=r.fingerprint, action=RecoveryAction(r.action),
                          last_step=r.last_step, at=r.created_at) for r in rows]
