@@ -146,6 +146,9 @@ def run_two_rounds(nodes: Sequence[str], run_batch: RunBatch, *, suspects: Seque
         return ProbeReport(Verdict.INCONCLUSIVE, [], [], [], "a probe needs at least two nodes")
     if len(nodes) < 2:
         nodes = nodes + [r for r in reference if r not in nodes][:1]
+    refs = [r for r in reference if r not in nodes]
+    if len(nodes) == 2 and len(refs) >= 2:
+        return _two_with_references(nodes, refs, run_batch, start, clock)
     r1 = _run(run_batch, 1, round1_groups(nodes, suspects, shrink=shrink))
     t1 = clock() - start
     failed = [n for r in r1 if not r.ok for n in r.members]
@@ -192,3 +195,21 @@ def run_two_rounds(nodes: Sequence[str], run_batch: RunBatch, *, suspects: Seque
     healthy = sorted(set(nodes) - set(faulty) - set(slow) - (set(failed) - {r.members[0] for r in r2 if r.ok}))
     return ProbeReport(verdict, faulty, slow, healthy, reason, rounds, clock() - start,
                        [t1, clock() - start - t1])
+
+
+def _two_with_references(nodes: list[str], refs: list[str], run_batch: RunBatch, start: float,
+                         clock: Callable[[], float]) -> ProbeReport:
+    """Two nodes: a failed pair of them says nothing about which one is bad, so each is paired
+    with a known-good node at once (one round instead of two)."""
+    results = _run(run_batch, 1, [(nodes[0], refs[0]), (nodes[1], refs[1])])
+    rounds = [[asdict(r) for r in results]]
+    failed = sorted(r.members[0] for r in results if not r.ok)
+    healthy = sorted(r.members[0] for r in results if r.ok)
+    t = clock() - start
+    if not failed:
+        return ProbeReport(Verdict.OK, [], [], healthy, "both nodes passed with a known-good partner", rounds, t, [t])
+    if not healthy:
+        return ProbeReport(Verdict.INCONCLUSIVE, [], [], [], "both nodes failed with known-good partners: "
+                           "the partners or the fabric may be at fault; nothing is blamed", rounds, t, [t])
+    return ProbeReport(Verdict.FAULTY, failed, [], healthy, "failed the allgather with a known-good partner "
+                       "while the other node passed with one", rounds, t, [t])

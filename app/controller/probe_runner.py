@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from app.controller.probe_plan import GroupResult, ProbeReport, Verdict, run_two_rounds
@@ -36,21 +36,26 @@ class ProbeStore:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def collect(self, groups: dict[str, tuple[str, ...]], *, deadline: float,
-                poll_s: float = 0.05) -> dict[str, GroupResult]:
+    def collect(self, groups: dict[str, tuple[str, ...]], *, deadline: float, poll_s: float = 0.05,
+                ended: Callable[[str], bool] | None = None) -> dict[str, GroupResult]:
         """Wait for every member's result until `deadline` (monotonic); a group fails as soon as
-        one member reports a failure, and when a member has not reported by the deadline."""
+        one member reports a failure, when its launcher `ended` without every member reporting,
+        and when a member has not reported by the deadline."""
         done: dict[str, GroupResult] = {}
         while True:
             for key, members in groups.items():
                 if key in done:
                     continue
+                gone = ended is not None and ended(key)
                 results = {}
                 for rank, node in enumerate(members):
                     k = f"{key}/result/{rank}"
                     if self.store.check([k]):
                         results[node] = json.loads(self.store.get(k))
                 failed = [r for r in results.values() if not r["ok"]]
+                if gone and not failed and len(results) < len(members):
+                    silent = [n for n in members if n not in results]
+                    failed = [{"node": n, "ok": False, "error": "exited without a result"} for n in silent]
                 if failed or len(results) == len(members):
                     elapsed = max((r.get("elapsed_s", 0.0) for r in results.values()), default=0.0)
                     err = "; ".join(f"{r['node']}: {r.get('error', '')}" for r in failed)
@@ -156,18 +161,19 @@ class CommandProbeRunner:
         self.counter = itertools.count()
 
     def run_batch(self, round_no: int, groups: list[tuple[str, ...]]) -> list[GroupResult]:
-        keys, procs = {}, []
+        keys, procs = {}, {}
         for members in groups:
             key = f"{self.run_id}/{next(self.counter)}/r{round_no}"
             keys[key] = members
             argv = [self.python, "-m", "app.controller.probe_worker", "once", "--store", self.store.address,
                     "--group", key, "--nodes", ",".join(members), "--timeout", str(self.timeout_s),
                     "--bytes", str(self.nbytes)]
-            procs.append(subprocess.Popen(self.launcher(members, argv), env=self.env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True))
+            procs[key] = subprocess.Popen(self.launcher(members, argv), env=self.env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 2 * self.timeout_s + 15  # launch (srun allocation) + init + collective
-        results = self.store.collect(keys, deadline=deadline)
-        for proc in procs:
+        # a launcher that ended (srun kills the group when a member exits) settles its group at once
+        results = self.store.collect(keys, deadline=deadline, ended=lambda k: procs[k].poll() is not None)
+        for proc in procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
             try:

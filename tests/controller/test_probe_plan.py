@@ -99,3 +99,11 @@ def test_four_nodes_with_two_faults_in_different_pairs():
 
 def test_round2_never_pairs_a_node_with_itself():
     assert all(a != b for a, b in round2_groups(["a", "b", "c"], ["b", "c"]))
+
+
+def test_two_nodes_with_two_references_take_one_round():
+    log = []
+    report = run_two_rounds(["a", "b"], simulate(["a"], log=log), reference=["r1", "r2"])
+    assert report.faulty == ["a"] and len(log) == 1 and log[0][1] == [("a", "r1"), ("b", "r2")]
+    assert run_two_rounds(["a", "b"], simulate(["a", "b"]), reference=["r1", "r2"]).verdict is Verdict.INCONCLUSIVE
+    assert run_two_rounds(["a", "b"], simulate(), reference=["r1", "r2"]).verdict is Verdict.OK

@@ -98,5 +98,5 @@ class SlurmScheduler:
 
     def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
         return ["srun", "-N", str(len(nodes)), "-w", ",".join(nodes), "--ntasks-per-node=1",
-                "--kill-on-bad-exit=0", "-J", "logdx-probe", f"--time={self.probe_time_limit}",
+                "--kill-on-bad-exit=1", "-J", "logdx-probe", f"--time={self.probe_time_limit}",
                 "--export=ALL", *argv]
