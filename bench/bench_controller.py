@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PORT = int(os.environ.get("LOGDX_BENCH_PORT", "18380"))
+_ports = iter(range(PORT + 3, PORT + 20))  # a fresh port per store: a closed one lingers in TIME_WAIT
 
 
 def bench_probe() -> dict:
@@ -33,7 +34,7 @@ def bench_probe() -> dict:
         for faults in ({}, {f"n{n - 3:02d}": "exit_before"}):
             t0 = time.monotonic()
             with LocalProbeCluster([f"n{i:02d}" for i in range(n)], timeout_s=5, nbytes=1 << 20,
-                                   faults=faults, port=PORT) as c:
+                                   faults=faults, port=next(_ports)) as c:
                 c.wait_ready()
                 start_s = time.monotonic() - t0
                 report = c.probe()
