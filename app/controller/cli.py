@@ -37,9 +37,10 @@ def _report_lines(report) -> list[str]:  # noqa: ANN001
 @click.option("--store", "store_addr", default="127.0.0.1:0", show_default=True,
               help="HOST:PORT the controller's rendezvous store listens on (port 0: any).")
 @click.option("--inject", multiple=True, help="NODE=FAULT (exit_before|exit_mid|hang|corrupt|slow), for demos.")
+@click.option("--health", is_flag=True, help="Also run the health probes of rules/probes.yaml on each host.")
 @click.option("--json", "as_json", is_flag=True)
 def probe(hosts: str, suspects: tuple[str, ...], scheduler: str, timeout_s: float, nbytes: int,
-          store_addr: str, inject: tuple[str, ...], as_json: bool) -> None:
+          store_addr: str, inject: tuple[str, ...], health: bool, as_json: bool) -> None:
     """Find faulty nodes with the two-round pairwise allgather test."""
     from app.controller.probe_runner import CommandProbeRunner, LocalProbeCluster
 
@@ -61,11 +62,29 @@ def probe(hosts: str, suspects: tuple[str, ...], scheduler: str, timeout_s: floa
         runner = CommandProbeRunner(SlurmScheduler().probe_command, timeout_s=timeout_s, nbytes=nbytes,
                                     host=host or "127.0.0.1", port=int(port), env=env)
         report = runner.probe(names, suspects=suspects)
+    out = report.to_dict()
+    unhealthy = False
+    if health:
+        from dataclasses import asdict
+
+        from app.controller.health import load_health_probes, run_health_probe
+
+        launcher = None
+        if scheduler == "slurm":
+            from app.controller.schedulers.slurm import SlurmScheduler
+
+            launcher = SlurmScheduler().probe_command
+        checks = [run_health_probe(p, node=n if launcher else None, launcher=launcher)
+                  for n in (names if launcher else names[:1]) for p in load_health_probes()]
+        out["health"] = [asdict(c) for c in checks]
+        unhealthy = any(c.status in ("fail", "timeout") for c in checks)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=1))
+        click.echo(json.dumps(out, indent=1))
     else:
         click.echo("\n".join(_report_lines(report)))
-    sys.exit(0 if not report.faulty else 1)
+        for c in out.get("health", []):
+            click.echo(f"  health {c['probe_id']} {c['node'] or 'local'}: {c['status']} ({c['duration_s']:.1f} s)")
+    sys.exit(0 if not report.faulty and not unhealthy else 1)
 
 
 @click.command()
