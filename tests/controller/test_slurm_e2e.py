@@ -29,6 +29,13 @@ NODES = ["node1", "node2", "node3", "node4"]
 
 
 @pytest.fixture
+def database_url():
+    """SQLite only: each case takes a minute of real Slurm; the store's behaviour on PostgreSQL is
+    covered by test_controller_service.py."""
+    return None
+
+
+@pytest.fixture
 def slurm():
     sched = SlurmScheduler(conf=CONF)
     for n in NODES:
