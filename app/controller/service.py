@@ -206,14 +206,26 @@ class Controller:
                             lambda host=host: self._drain(ctx, scheduler, host, step.reason))
         elif step.kind is StepKind.CAPTURE:
             self._audit(ctx, "capture", {"hosts": list(step.hosts), "reason": step.reason},
-                        lambda: {"last_step": ctx.facts.last_step, "evidence": list(ctx.facts.evidence[:5]),
-                                 "stack_dumps": "not taken: no py-spy probe is configured"})
+                        lambda: self._capture(ctx, scheduler))
         elif step.kind is StepKind.REQUEUE:
             self._audit(ctx, "requeue", {"reason": step.reason, **step.params},
                         lambda: self._requeue(ctx, scheduler, step))
         elif step.kind is StepKind.NOTIFY:
             self._audit(ctx, "notify", {"reason": step.reason, **step.params},
                         lambda: {"notified": step.params.get("to"), "message": step.reason})
+
+    def _capture(self, ctx: _StepContext, scheduler: Scheduler) -> dict:
+        """Evidence of a hang before the restart kills it: the last progress and stack dumps."""
+        result: dict = {"last_step": ctx.facts.last_step, "evidence": list(ctx.facts.evidence[:5])}
+        dump = getattr(scheduler, "stack_dump", None)
+        if dump is None:
+            result["stack_dumps"] = f"not taken: the {scheduler.name} scheduler cannot run py-spy on the job"
+            return result
+        try:
+            result["stack_dumps"] = dump(ctx.external_id) or "not taken: the job is not running"
+        except Exception as exc:  # noqa: BLE001 - a failed dump must not stop the restart
+            result["stack_dumps"] = f"not taken: {type(exc).__name__}: {exc}"
+        return result
 
     def _probe(self, ctx: _StepContext, scheduler: Scheduler, step: Step) -> dict:
         if self.prober is None:

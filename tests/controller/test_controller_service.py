@@ -137,3 +137,30 @@ def test_script_error_is_not_restarted(app, client, sched, local, tmp_path):
     assert run.action == "notify_owner" and local.job(ext).restarts == 0 and prober.calls == 0
     notify = [a for a in audit(app, job_id) if a["kind"] == "notify"]
     assert notify[0]["params"]["to"] == "owner" and "KeyError" in notify[0]["params"]["evidence"][0]
+
+
+HUNG = """
+import time
+def wait_for_the_allreduce_that_never_comes():
+    time.sleep(120)
+wait_for_the_allreduce_that_never_comes()
+"""
+
+
+def test_hang_captures_a_stack_dump_of_the_running_job_then_restarts(app, client, sched, local, tmp_path):
+    work = tmp_path / "hung"
+    work.mkdir()
+    ext = local.submit([sys.executable, "-c", HUNG], workdir=work, nodes=2)
+    job = new_job(client, sched, external_id=ext, hosts=["n1", "n2"], cluster="c1")["id"]
+    client.put(f"/v1/jobs/{job}/log", content=text(progress(1, 30)).encode(), headers=sched)
+    assert client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).status_code == 200
+    app.state.services.db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    import time
+    time.sleep(1.0)  # let the job reach its sleep
+    run = controller(app, local).recover(job_id=job, actor="watch")
+    assert run.action == "capture_and_restart" and run.status == "done", run.outcome
+    capture = next(a for a in audit(app, job) if a["kind"] == "capture")
+    assert capture["result"]["last_step"] == 30
+    dumps = "".join(capture["result"]["stack_dumps"].values())
+    assert "wait_for_the_allreduce_that_never_comes" in dumps, capture["result"]
+    assert local.job(ext).restarts == 1

@@ -106,3 +106,8 @@ class RecordingScheduler:
 
     def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
         return self.inner.probe_command(nodes, argv)
+
+    def stack_dump(self, job_id: str) -> dict[str, str]:
+        """Read-only, so a dry run takes the dumps too."""
+        fn = getattr(self.inner, "stack_dump", None)
+        return fn(job_id) if fn else {}

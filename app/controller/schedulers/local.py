@@ -111,6 +111,21 @@ class LocalScheduler:
         self._start(state, job_id, delay_s=delay_s)
         self._save(state)
 
+    def stack_dump(self, job_id: str, *, timeout_s: float = 30.0) -> dict[str, str]:
+        """py-spy dumps of the job's Python processes (its process group), keyed by node list."""
+        info = self.job(job_id)
+        pid = info.raw.get("pid")
+        if not pid or info.state != "RUNNING":
+            return {}
+        pids = subprocess.run(["pgrep", "-g", str(pid)], capture_output=True, text=True).stdout.split()
+        dumps = []
+        for p in pids:
+            if p == str(pid):
+                continue  # the wrapper shell
+            out = subprocess.run([_py_spy(), "dump", "--pid", p], capture_output=True, text=True, timeout=timeout_s)
+            dumps.append(out.stdout or out.stderr)
+        return {",".join(info.nodes): "\n".join(dumps)[-20000:]}
+
     # -- nodes -----------------------------------------------------------------------------------
     def nodes(self) -> dict[str, NodeInfo]:
         return {n: NodeInfo(n, s["state"], s["reason"]) for n, s in self._load()["nodes"].items()}
@@ -130,6 +145,13 @@ class LocalScheduler:
 
     def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
         return None
+
+
+def _py_spy() -> str:
+    """py-spy from PATH, else next to this Python (a virtualenv's bin/)."""
+    import shutil
+
+    return shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 
 
 def _alive(pid: int) -> bool:

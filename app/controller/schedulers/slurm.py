@@ -96,6 +96,23 @@ class SlurmScheduler:
         updates.append(f"StartTime={start}")
         self._run("scontrol", "update", *updates)
 
+    def stack_dump(self, job_id: str, *, timeout_s: float = 60.0) -> dict[str, str]:
+        """py-spy dumps of the job's processes on each node (`scontrol listpids` there), through an
+        overlapping step of the job itself."""
+        info = self.job(job_id)
+        if info.state != "RUNNING":
+            return {}
+        script = ('for p in $(scontrol listpids "$SLURM_JOB_ID" 2>/dev/null | awk \'NR>1 && $1 ~ /^[0-9]+$/ {print $1}\'); '
+                  'do py-spy dump --pid "$p" 2>/dev/null; done')
+        out = {}
+        for node in info.nodes:
+            try:
+                out[node] = self._run("srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1", "-w", node,
+                                      "sh", "-c", script)[-20000:]
+            except SchedulerError as exc:
+                out[node] = f"no dump: {exc}"
+        return out
+
     def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
         return ["srun", "-N", str(len(nodes)), "-w", ",".join(nodes), "--ntasks-per-node=1",
                 "--kill-on-bad-exit=1", "-J", "logdx-probe", f"--time={self.probe_time_limit}",
