@@ -101,7 +101,9 @@ class _LazyGroup(click.Group):
 
     lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
             "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel",
-            "demo-data": "app.service_cli:demo_data"}
+            "demo-data": "app.service_cli:demo_data",
+            "probe": "app.controller.cli:probe", "recover": "app.controller.cli:recover",
+            "watch": "app.controller.cli:watch"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

@@ -18,6 +18,7 @@ from app.api.deps import Services
 from app.api.errors import install_error_handlers
 from app.api.health import router as health_router
 from app.api.metrics import Metrics, MetricsMiddleware
+from app.controller.router import router as controller_router
 from app.core.pipeline import Pipeline
 from app.db.engine import Database
 from app.db.migrate import upgrade_to_head
@@ -105,7 +106,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     install_error_handlers(app)
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
                    rules_router, stats_router, actions_router, relabel_router, rule_impact_router,
-                   failures_router):
+                   failures_router, controller_router):
         app.include_router(router)
     install_web(app)  # engineers' pages under /ui (after the handlers: it wraps them)
     app.add_middleware(JsonBodyLimitMiddleware)

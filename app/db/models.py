@@ -2,6 +2,7 @@
 
 from app.actions.models import ControllerAction
 from app.auth.models import ApiToken, WebSession
+from app.controller.models import ClusterControl, HostIncident, JobLock, ProbeRun, RecoveryRun
 from app.db.base import Base
 from app.diagnoses.models import DiagnosisRow
 from app.failures.models import FailureGroupState
@@ -11,6 +12,7 @@ from app.logs.models import CompressedLog, JobLog, LogBlob
 from app.relabel.models import RelabelItem, RelabelRun
 from app.rules_review.models import ProposedRule
 
-__all__ = ["ApiToken", "Attempt", "Base", "CompressedLog", "ControllerAction", "DiagnosisRow",
-           "FailureGroupState", "Job", "JobHost", "JobLog", "Label", "LabelledCaseRow", "LogBlob", "ProposedRule",
-           "RelabelItem", "RelabelRun", "WebSession"]
+__all__ = ["ApiToken", "Attempt", "Base", "ClusterControl", "CompressedLog", "ControllerAction",
+           "DiagnosisRow", "FailureGroupState", "HostIncident", "Job", "JobHost", "JobLock", "JobLog", "Label",
+           "LabelledCaseRow", "LogBlob", "ProbeRun", "ProposedRule", "RecoveryRun", "RelabelItem", "RelabelRun",
+           "WebSession"]
