@@ -133,7 +133,12 @@ def token_list() -> None:
 
     db = _database(_settings())
     with db.transaction() as session:
-        for row in list_tokens(session=session):
+        rows = list(list_tokens(session=session))
+        if not rows:
+            click.echo("no tokens yet; create one with: logdx token create --role scheduler", err=True)
+            return
+        click.echo("id\trole\tstate\tname\tcreated")
+        for row in rows:
             state = "revoked" if row.revoked_at else "active"
             click.echo(f"{row.id}\t{row.role}\t{state}\t{row.name}\t{row.created_at:%Y-%m-%d}")
 

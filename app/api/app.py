@@ -15,6 +15,7 @@ from app import __version__
 from app.actions.router import router as actions_router
 from app.api.body_limit import JsonBodyLimitMiddleware
 from app.api.deps import Services
+from app.api.docs import ASSETS_PATH, install_docs
 from app.api.errors import install_error_handlers
 from app.api.health import router as health_router
 from app.api.metrics import Metrics, MetricsMiddleware
@@ -43,7 +44,7 @@ from app.web import install_web
 log = logging.getLogger("logdx.api")
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs",
-                          "/docs/oauth2-redirect", "/redoc"})
+                          "/docs/oauth2-redirect", "/redoc", ASSETS_PATH})
 
 
 def build_services(settings: Settings, *, pipeline: Pipeline | None = None,
@@ -101,7 +102,9 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
             services.db.dispose()
 
     app = FastAPI(title="logdx", version=__version__, lifespan=lifespan,
-                  description="Diagnoses why LLM training jobs failed, from their logs.")
+                  description="Diagnoses why LLM training jobs failed, from their logs.",
+                  docs_url=None, redoc_url=None)  # served without a CDN: install_docs below
+    install_docs(app)
     app.state.services = services
     install_error_handlers(app)
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,

@@ -45,10 +45,15 @@ async def _app_error(_: Request, exc: AppError) -> JSONResponse:
     return error_response(exc.status_code, exc.code, exc.message, exc.detail, headers)
 
 
-async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = _jsonable_errors(exc)
     body_problem = any(e["type"] == "json_invalid" for e in errors)
     message = "request body is not valid JSON" if body_problem else "request does not match the schema"
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type and content_type != "application/json" and any(e["loc"][:1] == ["body"] for e in errors):
+        # FastAPI does not parse a JSON body sent as form data (`curl -d` without -H)
+        message = (f"the body must be JSON sent with Content-Type: application/json, not {content_type} "
+                   "(curl -d needs -H 'Content-Type: application/json')")
     return error_response(422, "invalid_input", message, errors)
 
 

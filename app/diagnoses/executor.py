@@ -181,6 +181,17 @@ class PipelineExecutor:
                               retries=retries - 1, job=job, workers=workers)
 
     def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Stop the pool now. Worker processes are terminated, not waited for (an unfinished
+        diagnosis stays `running` and is re-queued at the next start), then joined, so that the
+        pool's queues and locks are released before the server exits: a server stopped by a
+        signal exits without running finalizers, and multiprocessing would report the pool's
+        semaphores as leaked."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if isinstance(pool, ProcessPoolExecutor):
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            pool.shutdown(wait=False, cancel_futures=True)
