@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.actions.router import router as actions_router
-from app.api.body_limit import JsonBodyLimitMiddleware
+from app.api.body_limit import BodyTimeoutMiddleware, JsonBodyLimitMiddleware
 from app.api.deps import Services
 from app.api.errors import install_error_handlers
 from app.api.health import router as health_router
@@ -97,5 +97,6 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
                    rules_router, stats_router, actions_router):
         app.include_router(router)
     app.add_middleware(JsonBodyLimitMiddleware)
+    app.add_middleware(BodyTimeoutMiddleware, timeout=settings.request_body_timeout_s)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)
     return app

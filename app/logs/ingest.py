@@ -172,10 +172,12 @@ async def append_body(request: Request, *, path: Path, offset: int, frozen: bool
                       buffer_bytes: int) -> AppendResult:
     """Append the body at `offset` to the append-only file `path` (idempotent by offset)."""
     length = declared_length(request)
-    if length is not None and offset + length > limit:
-        raise _too_large(limit)
+    # a gap is reported first (409 offset_gap with where to resume), whatever the chunk's size
     appender = await anyio.to_thread.run_sync(
         lambda: _Appender(path, offset, frozen=frozen, limit=limit))
+    if length is not None and offset + length > limit:
+        await anyio.to_thread.run_sync(appender.close)
+        raise _too_large(limit)
     received = 0
     try:
         async for piece in _pieces(request, buffer_bytes):
