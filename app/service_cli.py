@@ -35,6 +35,7 @@ def serve(host: str, port: int, log_level: str) -> None:
     import uvicorn
 
     from app.api.app import create_app
+    from app.api.http_protocol import JsonErrorH11Protocol
     from app.core.rules import RuleError
 
     settings = _settings()
@@ -45,7 +46,7 @@ def serve(host: str, port: int, log_level: str) -> None:
         sys.exit(EXIT_BAD_INPUT)
     # one process: the SQLite worker pool and the chunk locks live in it (see docs/SERVICE.md)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10,
-                proxy_headers=True, log_config=_log_config(log_level))
+                proxy_headers=True, log_config=_log_config(log_level), http=JsonErrorH11Protocol)
 
 
 def _log_config(level: str) -> dict:

@@ -163,6 +163,11 @@ class Settings(BaseSettings):
         description="A gzip/zstd log that expands more than this many times (past its first 256 MiB) "
         "is read no further: a partial diagnosis with a note.",
     )
+    request_body_timeout_s: float = Field(
+        default=60.0, gt=0,
+        description="Seconds a request body may stall (no bytes received) before the request is "
+        "answered 408 and its partial body discarded.",
+    )
     diagnosis_max_attempts: int = Field(
         default=3, ge=1,
         description="Runs a diagnosis may start (restarts and crashed workers re-run it); past this it "

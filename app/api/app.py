@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.actions.router import router as actions_router
-from app.api.body_limit import JsonBodyLimitMiddleware
+from app.api.body_limit import BodyTimeoutMiddleware, JsonBodyLimitMiddleware
 from app.api.deps import Services
 from app.api.docs import ASSETS_PATH, install_docs
 from app.api.errors import install_error_handlers
@@ -113,5 +113,6 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
         app.include_router(router)
     install_web(app)  # engineers' pages under /ui (after the handlers: it wraps them)
     app.add_middleware(JsonBodyLimitMiddleware)
+    app.add_middleware(BodyTimeoutMiddleware, timeout=settings.request_body_timeout_s)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)
     return app
