@@ -86,6 +86,19 @@ def measure(workers: int, archive: Path, work: Path, postgres: str | None) -> di
             "relabel_s": round(relabeled, 2), "relabel_cpu_s": round(relabeled_cpu, 2)}
 
 
+def big_log_rss(work: Path, size_mb: float) -> dict:
+    """Import one large gzip log with one worker: the largest process's peak RSS shows that memory
+    follows the ingest chunk, not the log size."""
+    big = work / "big"
+    truth = generate(big / "big.log.gz", size_mb, seed=7, compression="gz")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOGDX_DATA_DIR": str(work / "data-big")}
+    env.pop("LOGDX_DATABASE_URL", None)
+    wall, cpu = run_cli(["relabel", "--archive", str(big), "--workers", "1", "--quiet"], env)
+    rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # largest descendant so far
+    return {"text_mb": round(truth["bytes_uncompressed"] / 1e6, 1), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "max_process_rss_mib": round(rss_mib, 1)}
+
+
 def pipeline_cpu_per_log(archive: Path) -> float:
     """CPU seconds per log of the bare pipeline in this process (no database, no copy, no pool):
     the floor under the command's own per-log cost."""
@@ -106,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--postgres", default=None, help="PostgreSQL URL (its public schema is dropped!)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--big-mb", type=float, default=0, help="also import one log this large and report peak RSS")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="logdx-bench-relabel-") as tmp:
         work = Path(tmp)
@@ -113,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         disk, text = make_archive(archive, args.logs, args.size_mb)
         pipeline_cpu = pipeline_cpu_per_log(archive)
         rows = [measure(w, archive, work, args.postgres) for w in args.workers]
+        small_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        big = big_log_rss(work, args.big_mb) if args.big_mb else None
     n = args.logs
     print(f"archive: {n} logs, {disk / 1e6:.1f} MB on disk, {text / 1e6:.1f} MB uncompressed "
           f"(1/3 each plain, gz, zst); backend {'PostgreSQL' if args.postgres else 'SQLite'}; "
@@ -149,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         seconds = ESTIMATE_JOBS * per_log / w
         estimates[w] = round(seconds)
         print(f"  {w:>4} workers: {seconds / 3600:8.2f} h")
-    result = {"logs": n, "size_mb": args.size_mb, "disk_bytes": disk, "text_bytes": text, "cpus": os.cpu_count(),
+    print(f"\npeak RSS of the largest process over these runs: {small_rss:.0f} MiB")
+    if big:
+        print(f"one {big['text_mb']:.0f} MB gzip log imported with 1 worker: {big['wall_s']:.1f} s wall, "
+              f"{big['cpu_s']:.1f} s CPU, largest process peak RSS {big['max_process_rss_mib']:.0f} MiB")
+    result = {"logs": n, "max_process_rss_mib": round(small_rss, 1), "big_log": big, "size_mb": args.size_mb, "disk_bytes": disk, "text_bytes": text, "cpus": os.cpu_count(),
               "load_average": round(load, 1),
               "backend": "postgres" if args.postgres else "sqlite", "runs": rows,
               "per_log_cpu_s": round(per_log, 4), "pipeline_cpu_s_per_log": round(pipeline_cpu, 4), "two_worker_efficiency": round(efficiency, 2),

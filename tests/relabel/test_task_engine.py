@@ -56,7 +56,7 @@ def test_two_workers_process_each_log_exactly_once_when_one_is_killed(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "LOGDX_DATABASE_URL": PG_URL,
            "LOGDX_DATA_DIR": str(settings.data_dir), "LOGDX_RULES_DIR": str(SHIPPED_RULES),
            "LOGDX_DIAGNOSIS_EXECUTOR": "thread", "LOGDX_DIAGNOSIS_WORKERS": "1",
-           "LOGDX_RELABEL_HEARTBEAT_S": "0.5", "LOGDX_RELABEL_STALLED_AFTER_S": "3"}
+           "LOGDX_RELABEL_HEARTBEAT_S": "0.5", "LOGDX_RELABEL_STALLED_AFTER_S": "5"}
     workers = [_start_worker(env, tmp_path / f"worker-{n}.log") for n in range(2)]
     try:
         # each `logdx worker` registers two procrastinate workers (diagnoses, relabel)
