@@ -9,6 +9,8 @@ from tests.controller.logs import progress, text, xid_fault
 from tests.controller.ports import free_port
 from tests.service.conftest import make_settings, new_job
 
+# fails on its first run (the failure being recovered), then trains for a while
+FAIL_THEN_RUN = "import os, sys, time; sys.exit(1) if os.environ['LOGDX_RESTART_COUNT'] == '0' else time.sleep(30)"
 NODES = ["n1", "n2", "n3", "n4"]
 
 
@@ -21,7 +23,8 @@ def settings(tmp_path, database_url):
 def test_recover_dry_run_then_enabled_idempotent(client, settings, sched, eng, admin, tmp_path):
     local = LocalScheduler(settings.data_dir / "local-scheduler", NODES)
     (tmp_path / "w").mkdir()
-    ext = local.submit([sys.executable, "-c", "import time; time.sleep(30)"], workdir=tmp_path / "w", nodes=2)
+    ext = local.submit([sys.executable, "-c", FAIL_THEN_RUN], workdir=tmp_path / "w", nodes=2)
+    assert local.wait(ext, timeout_s=30).state == "FAILED"
     job = new_job(client, sched, external_id=ext, hosts=["n1", "n2"], cluster="lab")["id"]
     client.put(f"/v1/jobs/{job}/log", content=text(progress(1, 30, host="n2"), xid_fault("n2")).encode(), headers=sched)
     assert client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).status_code == 200
