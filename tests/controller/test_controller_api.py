@@ -69,3 +69,14 @@ def test_recover_without_a_diagnosis_is_a_clear_400(client, sched):
     resp = client.post(f"/v1/jobs/{job}/recover", headers=sched)
     assert resp.status_code == 400 and "no finished diagnosis" in resp.json()["error"]["message"]
     assert client.post("/v1/jobs/999999/recover", headers=sched).status_code == 404
+
+
+def test_cluster_switch_validates_and_updates(client, admin, eng):
+    assert client.put("/v1/clusters/lab/controller", json={"actions_enabled": True, "node_count": 2**40},
+                      headers=admin).status_code == 422
+    assert client.get("/v1/clusters/lab/controller", headers=eng).status_code == 404
+    first = client.put("/v1/clusters/lab/controller", json={"actions_enabled": True, "node_count": 64}, headers=admin)
+    assert first.status_code == 200 and first.json()["node_count"] == 64
+    again = client.put("/v1/clusters/lab/controller", json={"actions_enabled": False}, headers=admin).json()
+    assert (again["actions_enabled"], again["node_count"]) == (False, 64)
+    assert client.get("/v1/clusters/lab/controller", headers=eng).json()["actions_enabled"] is False
