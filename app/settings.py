@@ -205,6 +205,14 @@ class Settings(BaseSettings):
         description="Address the probe workers reach the controller's rendezvous store at (the "
         "controller's address on the cluster network for Slurm/Kubernetes).",
     )
+    controller_live_watch: bool = Field(
+        default=False,
+        description="Watch logs streamed in chunks while they grow: stall and straggler alerts in the audit "
+        "log; a stall is diagnosed and recovered (dry-run unless the cluster is enabled).",
+    )
+    controller_live_interval_s: float = Field(
+        default=5.0, gt=0, le=3600, description="Seconds between two passes of the live watch.",
+    )
     recovery_rules: Path | None = Field(
         default=None,
         description="Recovery policy file; unset: <rules_dir>/recovery.yaml if present, else the shipped one.",

@@ -20,6 +20,7 @@ from app.api.errors import install_error_handlers
 from app.api.health import router as health_router
 from app.api.metrics import Metrics, MetricsMiddleware
 from app.controller.router import router as controller_router
+from app.controller.router import start_live_watch
 from app.core.pipeline import Pipeline
 from app.db.engine import Database
 from app.db.migrate import upgrade_to_head
@@ -93,9 +94,12 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
         await anyio.to_thread.run_sync(prepare_database, services)
         await services.queue.start()
         await services.relabel.start()
+        live_watch = start_live_watch(services)
         try:
             yield
         finally:
+            if live_watch is not None:
+                live_watch.cancel()
             await services.relabel.stop()
             await services.queue.stop()
             services.executor.shutdown()

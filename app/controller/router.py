@@ -115,3 +115,21 @@ def put_cluster_control(cluster: ClusterName, body: ClusterControlIn, db: DbDep,
         row = store.set_cluster_control(session=session, cluster=cluster, actions_enabled=body.actions_enabled,
                                         actor=f"api:{principal.name}", node_count=body.node_count)
         return ClusterControlOut.model_validate(row, from_attributes=True)
+
+
+def start_live_watch(services):  # noqa: ANN001, ANN201
+    """The live-watch loop as an asyncio task when LOGDX_CONTROLLER_LIVE_WATCH is on, else None."""
+    if not services.settings.controller_live_watch:
+        return None
+    import asyncio
+    import time
+
+    from app.controller.live import LiveMonitor, run_monitor
+
+    stall = get_controller(services).rules.defaults.stall
+    monitor = LiveMonitor(db=services.db, store=services.store, ruleset=services.pipeline.ruleset,
+                          factor=stall.factor, floor_s=stall.floor_s, straggler_factor=stall.straggler_factor,
+                          clock=time.monotonic)
+    services.live_monitor = monitor
+    return asyncio.create_task(run_monitor(monitor, interval_s=services.settings.controller_live_interval_s,
+                                           worker=services.worker, get_controller=lambda: get_controller(services)))

@@ -78,7 +78,7 @@ class ClusterControlIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     actions_enabled: bool
-    node_count: int | None = Field(default=None, ge=1, description="Nodes in the cluster (the drain breaker's base); "
+    node_count: int | None = Field(default=None, ge=1, le=1_000_000, description="Nodes in the cluster (the drain breaker's base); "
                                    "default: what the scheduler lists.")
 
 

@@ -28,7 +28,7 @@ from app.controller import store
 from app.controller.checkpoints import choose_checkpoint
 from app.controller.models import RecoveryRun
 from app.controller.probe_plan import ProbeReport
-from app.controller.recovery import Facts, Plan, RecoveryRules, Step, StepKind, plan_recovery
+from app.controller.recovery import Facts, Plan, RecoveryAction, RecoveryRules, Step, StepKind, plan_recovery
 from app.controller.schedulers.base import RecordingScheduler, RestartSpec, Scheduler
 from app.core.fingerprint import fingerprint
 from app.core.types import Category, Diagnosis, ErrorType
@@ -271,6 +271,11 @@ class Controller:
 
     def _requeue(self, ctx: _StepContext, scheduler: Scheduler, step: Step) -> dict:
         info = scheduler.job(ctx.external_id)
+        # a job that is queued or running again was restarted already (a retried webhook with
+        # another key, an operator): requeueing it again would kill a healthy run. Only a hang
+        # restarts a job that is still running.
+        if info.state in _QUEUED or (info.state == "RUNNING" and ctx.plan.action is not RecoveryAction.CAPTURE_AND_RESTART):
+            return {"_status": "skipped", "why": f"job {ctx.external_id} is {info.state} already", "job_state": info.state}
         ckpt_dir = ctx.checkpoint_dir or info.checkpoint_dir
         before = step.params.get("before_step")
         choice = choose_checkpoint(ckpt_dir, before_step=before) if ckpt_dir else None
@@ -286,6 +291,9 @@ class Controller:
         return {"checkpoint": spec.checkpoint, "checkpoint_step": spec.checkpoint_step,
                 "skip_batches": skip, "exclude": list(spec.exclude), "job_state_before": info.state,
                 "checkpoint_note": choice.note if choice else "no checkpoint directory known"}
+
+
+_QUEUED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING"})
 
 
 class _StepContext:

@@ -12,6 +12,7 @@ from app.actions.models import ControllerAction
 from app.controller.models import ClusterControl, HostIncident, JobLock, ProbeRun, RecoveryRun
 from app.controller.probe_plan import ProbeReport
 from app.controller.recovery import PriorAttempt, RecoveryAction
+from app.db.base import utcnow
 from app.db.engine import insert_returning_ignore
 from app.jobs.models import Job
 
@@ -79,16 +80,14 @@ def cluster_control(*, session: Session, cluster: str) -> ClusterControl | None:
 
 def set_cluster_control(*, session: Session, cluster: str, actions_enabled: bool, actor: str,
                         node_count: int | None = None) -> ClusterControl:
-    row = session.get(ClusterControl, cluster)
-    if row is None:
-        row = ClusterControl(cluster=cluster, actions_enabled=actions_enabled, updated_by=actor,
-                             node_count=node_count)
-        session.add(row)
-    else:
-        row.actions_enabled = actions_enabled
-        row.updated_by = actor
-        if node_count is not None:
-            row.node_count = node_count
+    # insert-or-ignore first: two admins enabling a new cluster at once both succeed
+    session.execute(insert_returning_ignore(session, ClusterControl, cluster=cluster, actions_enabled=actions_enabled,
+                                            updated_by=actor, node_count=node_count, updated_at=utcnow()))
+    row = session.get(ClusterControl, cluster, populate_existing=True)
+    row.actions_enabled = actions_enabled
+    row.updated_by = actor
+    if node_count is not None:
+        row.node_count = node_count
     session.flush()
     return row
 

@@ -9,6 +9,8 @@ from tests.controller.logs import progress, text, xid_fault
 from tests.controller.ports import free_port
 from tests.service.conftest import make_settings, new_job
 
+# fails on its first run (the failure being recovered), then trains for a while
+FAIL_THEN_RUN = "import os, sys, time; sys.exit(1) if os.environ['LOGDX_RESTART_COUNT'] == '0' else time.sleep(30)"
 NODES = ["n1", "n2", "n3", "n4"]
 
 
@@ -21,7 +23,8 @@ def settings(tmp_path, database_url):
 def test_recover_dry_run_then_enabled_idempotent(client, settings, sched, eng, admin, tmp_path):
     local = LocalScheduler(settings.data_dir / "local-scheduler", NODES)
     (tmp_path / "w").mkdir()
-    ext = local.submit([sys.executable, "-c", "import time; time.sleep(30)"], workdir=tmp_path / "w", nodes=2)
+    ext = local.submit([sys.executable, "-c", FAIL_THEN_RUN], workdir=tmp_path / "w", nodes=2)
+    assert local.wait(ext, timeout_s=30).state == "FAILED"
     job = new_job(client, sched, external_id=ext, hosts=["n1", "n2"], cluster="lab")["id"]
     client.put(f"/v1/jobs/{job}/log", content=text(progress(1, 30, host="n2"), xid_fault("n2")).encode(), headers=sched)
     assert client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).status_code == 200
@@ -66,3 +69,14 @@ def test_recover_without_a_diagnosis_is_a_clear_400(client, sched):
     resp = client.post(f"/v1/jobs/{job}/recover", headers=sched)
     assert resp.status_code == 400 and "no finished diagnosis" in resp.json()["error"]["message"]
     assert client.post("/v1/jobs/999999/recover", headers=sched).status_code == 404
+
+
+def test_cluster_switch_validates_and_updates(client, admin, eng):
+    assert client.put("/v1/clusters/lab/controller", json={"actions_enabled": True, "node_count": 2**40},
+                      headers=admin).status_code == 422
+    assert client.get("/v1/clusters/lab/controller", headers=eng).status_code == 404
+    first = client.put("/v1/clusters/lab/controller", json={"actions_enabled": True, "node_count": 64}, headers=admin)
+    assert first.status_code == 200 and first.json()["node_count"] == 64
+    again = client.put("/v1/clusters/lab/controller", json={"actions_enabled": False}, headers=admin).json()
+    assert (again["actions_enabled"], again["node_count"]) == (False, 64)
+    assert client.get("/v1/clusters/lab/controller", headers=eng).json()["actions_enabled"] is False

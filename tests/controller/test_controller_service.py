@@ -13,6 +13,8 @@ from app.errors import Conflict
 from tests.controller.logs import progress, script_error, text, xid_fault
 from tests.service.conftest import new_job
 
+# fails on its first run (the failure being recovered), then trains for a while
+FAIL_THEN_RUN = "import os, sys, time; sys.exit(1) if os.environ['LOGDX_RESTART_COUNT'] == '0' else time.sleep(30)"
 NODES = [f"n{i}" for i in range(1, 9)]
 
 
@@ -43,8 +45,9 @@ def failed_job(client, sched, local, tmp_path, log: str, ext_hosts=("n1", "n2"))
         d.mkdir(parents=True, exist_ok=True)
         (d / "model_optim_rng.pt").write_bytes(b"w")
     (ckpt / "latest_checkpointed_iteration.txt").write_text("20")
-    ext = local.submit([sys.executable, "-c", "import time; time.sleep(60)"], workdir=work, nodes=2,
+    ext = local.submit([sys.executable, "-c", FAIL_THEN_RUN], workdir=work, nodes=2,
                        checkpoint_dir=str(ckpt))
+    assert local.wait(ext, timeout_s=30).state == "FAILED"
     job = new_job(client, sched, external_id=ext, hosts=list(ext_hosts), cluster="c1")
     client.put(f"/v1/jobs/{job['id']}/log", content=log.encode(), headers=sched)
     assert client.post(f"/v1/jobs/{job['id']}/diagnoses", headers=sched).status_code == 200
@@ -95,6 +98,12 @@ def test_enabled_cluster_drains_the_probed_node_and_restarts_from_the_checkpoint
     assert kinds.count("drain") == 1 and kinds.count("requeue") == 1
     probes = db.run(store.list_probes, job_id=job_id)
     assert probes[0].faulty == ["n2"]
+    # the job runs again: a retried webhook with another key must not requeue it a second time
+    assert local.job(ext).state == "RUNNING"
+    other = ctl.recover(job_id=job_id, actor="test", idempotency_key="another")
+    requeue = [a for a in audit(app, job_id) if a["kind"] == "requeue"][-1]
+    assert requeue["status"] == "skipped" and "RUNNING" in requeue["result"]["why"]
+    assert local.job(ext).restarts == 1 and other.id != run.id
 
 
 def test_actions_refused_when_the_cluster_is_not_enabled(app, client, sched, local, tmp_path):
