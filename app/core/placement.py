@@ -22,6 +22,7 @@ import regex
 
 from app.core.types import Action, ActionKind
 
+NO_HOST = "But no host can be named"  # starts the note of an isolate turned into investigate
 MAX_RANKS = 65_536
 SCAN_BYTES = 32 * 1024 * 1024
 _MARK = b" nranks "
@@ -102,9 +103,17 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
     why = (f"rank(s) {_ranks(ranks)} cannot be mapped to a host" if ranks else "the failure names no rank")
     return action.model_copy(update={
         "kind": ActionKind.INVESTIGATE,
-        "reason": (f"{action.reason} But no host can be named ({why}: the log has no host prefixes or "
+        "reason": (f"{action.reason} {NO_HOST} ({why}: the log has no host prefixes or "
                    "NCCL init lines, and the job was not registered with its hosts and GPU count), so no "
                    "node is drained automatically; find the node and drain it by hand.")})
+
+
+def intended_kind(action: Action) -> ActionKind:
+    """The action the policy chose before hosts were named: `isolate_and_restart` for an isolate
+    turned into `investigate` for want of a host (what a label of the failure records)."""
+    if action.kind is ActionKind.INVESTIGATE and NO_HOST in action.reason:
+        return ActionKind.ISOLATE_AND_RESTART
+    return action.kind
 
 
 def _ranks(ranks: list[int]) -> str:
