@@ -207,7 +207,7 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         templates=templates, context=part.context, occurrences=part.occurrences,
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
-        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.hosts)
+        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping())
     out = render(log)
     stats.bytes_out = len(out.encode("utf-8"))
     stats.ratio = round(stats.bytes_in / stats.bytes_out, 1) if stats.bytes_out else 0.0

@@ -415,6 +415,7 @@ class Compressor:
 
     def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int) -> bool:
         """Fold the line into its template; False when it was not kept (template cap)."""
+        self.rank_hosts.note_kept_line(text)
         rank = extract_rank(text)
         host = extract_host(text)
         if rank is not None:

@@ -10,7 +10,8 @@ Two sources, in this order of trust:
 - the registered job: its hosts (in list order) and GPU count, with ranks placed contiguously,
   `gpu_count / len(hosts)` per host (torchrun/srun's default block placement). An inference,
   and the action's reason says so.
-An isolate action for which neither gives a host is turned into `investigate`: a scheduler
+torchrun's failure summary (`host : gpu-07` then `rank : 5 (local_rank: 5)`) adds pairs for the
+ranks it names. An isolate action for which none gives a host is turned into `investigate`: a scheduler
 cannot drain a node nobody named.
 """
 
@@ -22,9 +23,12 @@ import regex
 
 from app.core.types import Action, ActionKind
 
+NO_HOST = "But no host can be named"  # starts the note of an isolate turned into investigate
 MAX_RANKS = 65_536
 SCAN_BYTES = 32 * 1024 * 1024
 _MARK = b" nranks "
+_SUMMARY_HOST = regex.compile(r"^\s+host\s+:\s*([A-Za-z][\w.-]*)\s*$")
+_SUMMARY_RANK = regex.compile(r"^\s+rank\s+:\s*(\d{1,7})\b")
 _INIT_RE = regex.compile(
     rb"^(?:\[\d+\])?(?:\[default\d+\]:)?(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO .*?"
     rb"\brank (?P<rank>\d{1,7}) nranks (?P<nranks>\d{1,7})\b")
@@ -52,6 +56,8 @@ class RankHosts:
     world: int = 0
     hosts: dict[int, str] = field(default_factory=dict)
     budget: int = field(default_factory=lambda: SCAN_BYTES)  # bytes still to scan (the start of the log)
+    summary: dict[int, str] = field(default_factory=dict)  # from torchrun's failure summary
+    _summary_host: str | None = None
 
     def scan(self, buf: bytes | bytearray, length: int) -> None:
         if self.budget <= 0:
@@ -78,6 +84,26 @@ class RankHosts:
     def merge(self, other: RankHosts) -> None:
         for rank, host in other.hosts.items():
             self.add(rank, host, other.world)
+        for rank, host in other.summary.items():
+            self.summary.setdefault(rank, host)
+
+    def note_kept_line(self, text: str) -> None:
+        """torchrun's failure summary: a `host :` line, then the `rank :` of that process."""
+        if text[:1] not in (" ", "\t"):
+            self._summary_host = None
+            return
+        m = _SUMMARY_HOST.match(text)
+        if m:
+            self._summary_host = m.group(1)
+            return
+        m = _SUMMARY_RANK.match(text)
+        if m and self._summary_host and len(self.summary) < MAX_RANKS:
+            self.summary.setdefault(int(m.group(1)), self._summary_host)
+        self._summary_host = None
+
+    def mapping(self) -> dict[int, str]:
+        """rank -> host: NCCL's world communicator first, torchrun's summary for other ranks."""
+        return {**self.summary, **self.hosts}
 
 
 def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None) -> Action:
@@ -89,7 +115,8 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
     if found:
         return action.model_copy(update={
             "suspect_hosts": found[:32],
-            "reason": f"{action.reason} Host(s) of rank(s) {_ranks(ranks)} from the log's NCCL init lines."})
+            "reason": (f"{action.reason} Host(s) of rank(s) {_ranks(ranks)} as the log maps them "
+                       "(NCCL init lines, torchrun's failure summary).")})
     if job is not None:
         found = sorted({h for h in (job.host_of(r) for r in ranks) if h})
         if found:
@@ -102,9 +129,17 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
     why = (f"rank(s) {_ranks(ranks)} cannot be mapped to a host" if ranks else "the failure names no rank")
     return action.model_copy(update={
         "kind": ActionKind.INVESTIGATE,
-        "reason": (f"{action.reason} But no host can be named ({why}: the log has no host prefixes or "
+        "reason": (f"{action.reason} {NO_HOST} ({why}: the log has no host prefixes or "
                    "NCCL init lines, and the job was not registered with its hosts and GPU count), so no "
                    "node is drained automatically; find the node and drain it by hand.")})
+
+
+def intended_kind(action: Action) -> ActionKind:
+    """The action the policy chose before hosts were named: `isolate_and_restart` for an isolate
+    turned into `investigate` for want of a host (what a label of the failure records)."""
+    if action.kind is ActionKind.INVESTIGATE and NO_HOST in action.reason:
+        return ActionKind.ISOLATE_AND_RESTART
+    return action.kind
 
 
 def _ranks(ranks: list[int]) -> str:

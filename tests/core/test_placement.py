@@ -100,3 +100,19 @@ def test_rank_hosts_scan_reads_only_init_lines():
                        "node-9:1:2 [0] NCCL INFO comm 0x1 rank 9 nranks 8 out of range"]) + "\n").encode()
     rh.scan(text, len(text))
     assert (rh.world, rh.hosts) == (8, {3: "node-7"})
+
+
+def test_torchrun_failure_summary_maps_its_rank_to_its_host(pipeline):
+    log = [f"iteration {i}/ 100 | lm loss: 2.0E+00 |" for i in range(5)] + [
+        ECC.format(r=5),
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2024-05-07_03:22:41",
+        "  host      : gpu-h100-017",
+        "  rank      : 5 (local_rank: 5)",
+        "  exitcode  : 1 (pid: 18295)",
+    ]
+    d = pipeline.diagnose(_log(*log)).diagnosis
+    assert (d.action.kind, d.action.suspect_hosts) == (ActionKind.ISOLATE_AND_RESTART, ["gpu-h100-017"])
+    assert "torchrun's failure summary" in d.action.reason
