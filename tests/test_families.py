@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from app.core.placement import intended_kind
 
 FAMILIES = Path(__file__).resolve().parent / "golden" / "families"
 CASES = sorted(p for p in FAMILIES.iterdir() if p.is_dir()) if FAMILIES.is_dir() else []
@@ -53,7 +52,7 @@ def test_family_case(pipeline, case):
     d = pipeline.diagnose(case / "log.txt").diagnosis
     # labels record what should be done; an isolate without a nameable host is said as
     # investigate (app/core/placement.py), which still matches an isolate label
-    got = (d.root_cause.error_type.value, intended_kind(d.action).value)
+    got = (d.root_cause.error_type.value, d.action.kind.value)
     assert got == (label["root_cause"], label["action"]), (
         f"{case.name}: got {got[0]}/{got[1]} (rule {d.root_cause.rule_id}), "
         f"expected {label['root_cause']}/{label['action']}: {label['why']}")
@@ -67,7 +66,7 @@ def test_family_accuracy(pipeline):
         label = _label(case)
         d = pipeline.diagnose(case / "log.txt").diagnosis
         rc_hit = d.root_cause.error_type.value == label["root_cause"]
-        act_hit = intended_kind(d.action).value == label["action"]
+        act_hit = d.action.kind.value == label["action"]
         rc_ok += rc_hit
         act_ok += act_hit
         if not (rc_hit and act_hit):

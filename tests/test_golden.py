@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from app.core.placement import intended_kind
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 REGEN = os.environ.get("LOGDX_REGEN_GOLDEN") == "1"
@@ -53,8 +52,8 @@ def test_realworld_accuracy_against_human_labels(pipeline):
         label = json.loads((case / "label.json").read_text())
         d = pipeline.diagnose(case / "log.txt").diagnosis
         rc_ok += d.root_cause.error_type == label["root_cause"]
-        act_ok += intended_kind(d.action) == label["action"]  # isolate without a host: investigate
-        if d.root_cause.error_type != label["root_cause"] or intended_kind(d.action) != label["action"]:
+        act_ok += d.action.kind == label["action"]
+        if d.root_cause.error_type != label["root_cause"] or d.action.kind != label["action"]:
             misses.append(f"{case.name}: {d.root_cause.error_type.value}/{d.action.kind.value} "
                           f"vs {label['root_cause']}/{label['action']}")
     n = len(CASES)

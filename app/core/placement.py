@@ -11,8 +11,10 @@ Two sources, in this order of trust:
   `gpu_count / len(hosts)` per host (torchrun/srun's default block placement). An inference,
   and the action's reason says so.
 torchrun's failure summary (`host : gpu-07` then `rank : 5 (local_rank: 5)`) adds pairs for the
-ranks it names. An isolate action for which none gives a host is turned into `investigate`: a scheduler
-cannot drain a node nobody named.
+ranks it names. An isolate action for which none gives a host stays an isolate (the failure class
+is a hardware fault: restarting on the same nodes fails again) with no suspect host, and its reason
+says that the node probe must find the host: the restart controller probes the job's nodes
+(two-round allgather) and drains only a node that fails it; nothing is drained on a guess.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import regex
 
 from app.core.types import Action, ActionKind
 
-NO_HOST = "But no host can be named"  # starts the note of an isolate turned into investigate
+NO_HOST = "No host can be named"  # starts the note of an isolate whose node the probe must find
 MAX_RANKS = 65_536
 SCAN_BYTES = 32 * 1024 * 1024
 _MARK = b" nranks "
@@ -107,7 +109,8 @@ class RankHosts:
 
 
 def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None) -> Action:
-    """An isolate action with its hosts named from the ranks it suspects, or `investigate`."""
+    """An isolate action with its hosts named from the ranks it suspects, or a reason saying
+    that the node probe must find the host."""
     if action.kind is not ActionKind.ISOLATE_AND_RESTART or action.suspect_hosts:
         return action
     ranks = action.suspect_ranks
@@ -128,18 +131,9 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
                 "reason": f"{action.reason} Host(s) of rank(s) {_ranks(ranks)}: {how}."})
     why = (f"rank(s) {_ranks(ranks)} cannot be mapped to a host" if ranks else "the failure names no rank")
     return action.model_copy(update={
-        "kind": ActionKind.INVESTIGATE,
-        "reason": (f"{action.reason} {NO_HOST} ({why}: the log has no host prefixes or "
-                   "NCCL init lines, and the job was not registered with its hosts and GPU count), so no "
-                   "node is drained automatically; find the node and drain it by hand.")})
-
-
-def intended_kind(action: Action) -> ActionKind:
-    """The action the policy chose before hosts were named: `isolate_and_restart` for an isolate
-    turned into `investigate` for want of a host (what a label of the failure records)."""
-    if action.kind is ActionKind.INVESTIGATE and NO_HOST in action.reason:
-        return ActionKind.ISOLATE_AND_RESTART
-    return action.kind
+        "reason": (f"{action.reason} {NO_HOST} ({why}: the log has no host prefixes or NCCL init "
+                   "lines, and the job was not registered with its hosts and GPU count): probe the job's "
+                   "nodes (two-round allgather) to find it; drain only a node that fails the probe.")})
 
 
 def _ranks(ranks: list[int]) -> str:
