@@ -217,8 +217,11 @@ def main() -> None:
             time.sleep(1)
         for t in bombs:
             t.join()
+        ordered = sorted(l for l, _ in latencies) or [0.0]
         results["fairness"] = {"small_one_shots": len(latencies),
-                               "max_latency_s": max(l for l, _ in latencies) if latencies else None,
+                               "median_latency_s": ordered[len(ordered) // 2],
+                               "p95_latency_s": ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))],
+                               "max_latency_s": ordered[-1],
                                "all_200": all(c == 200 for _, c in latencies),
                                "peak_rss_mib": sampler.peak_rss / MiB, "peak_pss_mib": sampler.peak_pss / MiB}
         print(f"fairness: {results['fairness']}", flush=True)
@@ -236,7 +239,8 @@ def main() -> None:
     f = results.get("fairness", {})
     if f:
         print(f"\nTwo 2 GiB-line gzip logs diagnosed at once: {f['small_one_shots']} small one-shots sent "
-              f"meanwhile, slowest {f['max_latency_s']:.2f} s, all 200: {f['all_200']}; "
+              f"meanwhile: median {f['median_latency_s']:.2f} s, p95 {f['p95_latency_s']:.2f} s, "
+              f"slowest {f['max_latency_s']:.2f} s, all 200: {f['all_200']}; "
               f"peak RSS {f['peak_rss_mib']:.0f} MiB, PSS {f['peak_pss_mib']:.0f} MiB.")
     results["rows"] = [dict(zip(("input", "sent_as", "bytes", "wall_s", "peak_rss", "peak_pss", "answer"), r))
                        for r in rows]

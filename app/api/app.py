@@ -93,6 +93,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(prepare_database, services)
         await services.queue.start()
+        services.executor.warm_up()
         await services.relabel.start()
         live_watch = start_live_watch(services)
         try:

@@ -87,6 +87,7 @@ class CompressedLog:
     flagged_lines: list[tuple[int, str]]  # error-looking lines no rule explained (first ones)
     rendered: str | None = None  # the compact text, rendered once the stats are final
     rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host (NCCL init lines)
+    cut_short: bool = False  # reading stopped at a limit: the end of the log was not seen
 
     @property
     def text(self) -> str:
@@ -207,7 +208,8 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         templates=templates, context=part.context, occurrences=part.occurrences,
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
-        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping())
+        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping(),
+        cut_short=report.cut_short)
     out = render(log)
     stats.bytes_out = len(out.encode("utf-8"))
     stats.ratio = round(stats.bytes_in / stats.bytes_out, 1) if stats.bytes_out else 0.0

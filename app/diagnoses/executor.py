@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
-import threading
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -52,11 +51,12 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
         return {"input_error": "the stored log file is missing"}
     with raw:
         whole = limit is None or limit >= os.fstat(raw.fileno()).st_size
-        # a whole file goes by path: buffered reads, byte ranges on several cores for big plain
-        # logs; but never fork from a thread of the server process (thread executor)
+        # a whole file goes by path (buffered reads); one process per diagnosis: the scheduler
+        # admits one diagnosis per pool worker, and byte-range forks inside a worker would
+        # multiply its CPU and memory behind the scheduler's back (the CLI still uses them)
         source = path if whole else BoundedReader(raw, limit)
-        if workers is None:
-            workers = None if threading.current_thread() is threading.main_thread() else 1
+        if workers is None:  # one process per admitted diagnosis: the slot scheduler sees all the work
+            workers = 1
         try:
             result = pipeline.diagnose(source, workers=workers, job=job, limits=limits)
         except InputError as exc:
@@ -110,6 +110,10 @@ def _init_worker(settings: Settings) -> None:
     _WORKER = _WorkerState(build_pipeline(settings), build_refiner(settings))
 
 
+def _ready() -> bool:
+    return _WORKER is not None
+
+
 def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool,
                    job: JobPlacement | None = None, deadline_s: float | None = None,
                    max_ratio: float | None = None, workers: int | None = None) -> dict[str, Any]:
@@ -140,6 +144,14 @@ class PipelineExecutor:
             else:
                 self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="logdx-diagnose")
         return self._pool
+
+    def warm_up(self) -> None:
+        """Start every pool process now (spawning one costs seconds), so the first diagnoses
+        after start-up, and a small one arriving while a big one runs, do not wait for it."""
+        pool = self._get_pool()
+        if isinstance(pool, ProcessPoolExecutor):
+            for _ in range(self.settings.diagnosis_workers):
+                pool.submit(_ready)
 
     def replace_pipeline(self, pipeline: Pipeline) -> None:
         """Diagnose with `pipeline` from now on (new rules). Process pools are replaced: their
