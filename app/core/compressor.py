@@ -6,7 +6,8 @@ loop (`app/core/_shapescan.c`: a hash set walked without creating Python objects
 fallback, by C-level iterators over `bytes.translate`/`split` (`map`, `itertools.compress`,
 `Counter`). Only lines with a shape never seen before, or shapes that survive, reach Python code
 and the rules. A new shape is dropped only when a filter rule matches it AND no diagnosis rule
-does: an error line is never dropped.
+does: an error line is never dropped. Plain surviving lines of a known shape are counted per shape
+as well (`app/core/keptshapes.py`); only a line with a rank/host not seen for its shape comes back.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from app.core.compressed import (
     BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
     build_log, decode_line,
 )
-from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, fold_key
+from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, rank_match
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
+from app.core.keptshapes import MAX_VARIANTS, DigitSensitivity, Fields, field_ranges, variant_key
 from app.core.matcher import Hit, MultiMatcher
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 
@@ -39,6 +41,7 @@ MAX_OCCURRENCES_PER_RULE = 2_000
 METRIC_SAMPLES_PER_CHUNK = 64
 CUT_SLACK = 64
 TAIL_BYTES = 64 * 1024  # split this much of a pure-metric chunk's end
+SCAN_BATCH = 64  # the C loop hands back at most this many lines before new shapes are learned
 
 _ERROR_HINT = regex.compile(
     r"Traceback \(most recent call last\)|Error\b|Exception\b|\berror\b|\bERROR\b|\bFATAL\b|\bfatal\b|"
@@ -69,12 +72,20 @@ class _ChunkView:
     walked from there to the neighbouring lines that context needs. The chunk may be a reused
     buffer whose first `limit` bytes are valid; lines are returned as copies (bytes)."""
 
-    def __init__(self, chunk: bytes | bytearray, n: int, spans: dict[int, tuple[int, int]],
+    def __init__(self, chunk: bytes | bytearray, n: int | None, spans: dict[int, tuple[int, int]],
                  limit: int | None = None) -> None:
         self._chunk = chunk
-        self._n = n
+        self._count = n
         self._spans = spans
         self._limit = len(chunk) if limit is None else limit
+
+    @property
+    def _n(self) -> int:
+        """Lines in the chunk (counted on first use: the scan may not have reached the end)."""
+        if self._count is None:
+            c, limit = self._chunk, self._limit
+            self._count = c.count(b"\n", 0, limit) + (1 if limit and c[limit - 1] != 10 else 0)
+        return self._count
 
     def __len__(self) -> int:
         return self._n
@@ -151,6 +162,16 @@ class Compressor:
         # the C scan loop when it is built (see app/core/_shapescan.c); same results either way
         self._table = ShapeTable(max(1, len(ruleset.filters))) if (use_c and ShapeTable is not None) else None
         self._sample_every = 1
+        # kept slots (see keptshapes.py): shape -> slot; per slot its template (None: over the
+        # template cap), variant fields, and the counts already folded into the template
+        self._fast: dict[bytes, int] = {}
+        self._never_fast: set[bytes] = set()
+        self._slot_tpl: list[Template | None] = []
+        self._slot_fields: list[Fields] = []
+        self._slot_applied: list[int] = []
+        self._slot_counts: list[list[int]] = []  # pure-Python loop: [count, last line] per slot
+        self._variants: set[tuple] = set()  # pure-Python loop: (slot, variant key)
+        self._digit_sensitive = DigitSensitivity(ruleset.diagnosis)
         self.lines_in = 0
         self.bytes_in = 0
         self.lines_cut = 0
@@ -217,35 +238,55 @@ class Compressor:
             self._scan_chunk(table, chunk, mv, length)
 
     def _scan_chunk(self, table, chunk: bytes | bytearray, mv: memoryview, length: int) -> None:
-        n, survivors, samples, progress, n_extract = table.scan(mv, self._sample_every)
         base = self.lines_in + 1
-        self.lines_in += n
         self._extracted.clear()
-        view = _ChunkView(chunk, n, {i: (a, b) for i, a, b in survivors}, length)
+        spans: dict[int, tuple[int, int]] = {}
+        view = _ChunkView(chunk, None, spans, length)
         if self._after:
             self._owe_context(view, base)
         rules = self.ruleset.filters
         late: list[tuple[int, bytes, int]] = []  # metric lines of shapes first judged in this chunk
-        for i, a, b in survivors:
-            raw = bytes(mv[a:b])
-            if table.has(raw):
-                idx = self._c_rule_of(raw)
-                self._c_dropped[idx] += 1
-                spec = rules[idx].spec
-                if spec.progress:
-                    self._note_progress(base + i, raw)
-                if spec.extract:
-                    late.append((i, raw, idx))
-                continue
-            self._survivor(view, None, i, base, raw=raw)
-        points = [(i, bytes(mv[a:b]), None) for i, a, b in samples] + late
+        samples: list[tuple[int, int, int]] = []
+        progress: list[tuple[int, int, int]] = []  # candidates for the chunk's last progress lines
+        idx = start = n_extract = 0
+        while True:
+            # in batches: shapes judged in one batch are dropped/counted by C in the next
+            idx, start, survivors, samp, prog, n_extract = table.scan_from(
+                mv, start, idx, base, self._sample_every, n_extract, SCAN_BATCH)
+            samples += samp
+            progress += prog
+            for i, a, b, kind in survivors:
+                spans[i] = (a, b)
+            for i, a, b, kind in survivors:
+                raw = bytes(mv[a:b])
+                if kind == 0:  # the shape was unknown when scanned; it may be known now
+                    if table.has(raw):
+                        idx_rule = self._c_rule_of(raw)
+                        self._c_dropped[idx_rule] += 1
+                        spec = rules[idx_rule].spec
+                        if spec.progress:
+                            progress.append((i, a, b))
+                        if spec.extract:
+                            late.append((i, raw, idx_rule))
+                        continue
+                    if self._fast and table.probe_keep(raw, base + i) == 0:
+                        continue
+                self._survivor(view, None, i, base, raw=raw)
+            if start >= length:
+                break
+        n = idx
+        self.lines_in += n
+        view._count = n
+        points = [(i, (a, b), None) for i, a, b in samples] + late
         if len(points) > 2 * METRIC_SAMPLES_PER_CHUNK:  # the C stride is a guess from the last chunk
             points.sort(key=lambda p: p[0])
             points = points[:: len(points) // METRIC_SAMPLES_PER_CHUNK] + points[-1:]
-        for i, raw, idx in points:
-            rule = rules[self._c_rule_of(raw) if idx is None else idx]
+        for i, raw, idx_rule in points:
+            if idx_rule is None:
+                raw = bytes(mv[raw[0]:raw[1]])
+            rule = rules[self._c_rule_of(raw) if idx_rule is None else idx_rule]
             self._extract_point(rule, decode_line(raw), base + i)
-        for i, a, b in progress:
+        for i, a, b in sorted(progress)[-RECENT_PROGRESS:]:
             self._note_progress(base + i, bytes(mv[a:b]))
         self._sample_every = max(1, -(-(n_extract + len(late)) // METRIC_SAMPLES_PER_CHUNK))
         self._tail = [view[j] for j in range(max(0, n - CONTEXT_BEFORE), n)]
@@ -288,6 +329,9 @@ class Compressor:
             if shape in self._drop:  # judged earlier in this same chunk
                 self._dropped_shapes[shape] += 1
                 return
+            slot = self._fast.get(shape)
+            if slot is not None and self._count_kept(slot, raw, base + i):
+                return
         line_no = base + i
         if len(raw) > self.line_cap + CUT_SLACK:  # (ingest already cut lines spanning chunks)
             raw = raw[: self.line_cap] + CUT_MARK % self.line_cap
@@ -295,9 +339,15 @@ class Compressor:
         text = decode_line(raw)
         if "\r" in text:
             segments = [s for s in text.split("\r") if s.strip()]
+            last_progress = None  # one marker per line: the bar's last state
             for seg in segments:
-                if not self._drop_segment(seg, line_no):
+                idx = self._drop_segment(seg, line_no)
+                if idx is None:
                     self._keep_line(seg, line_no, lines, i, base)
+                elif self.ruleset.filters[idx].spec.progress:
+                    last_progress = seg
+            if last_progress is not None:
+                self._note_progress(line_no, last_progress.encode())
             return
         if shape not in self._keep and len(shape) <= self.line_cap:
             idx = self._judge(text)
@@ -310,7 +360,43 @@ class Compressor:
                 return
             if len(self._keep) < MAX_SHAPE_CACHE:
                 self._keep.add(shape)
-        self._keep_line(text, line_no, lines, i, base)
+        kept = self._keep_line(text, line_no, lines, i, base)
+        if shape not in self._fast and shape not in self._never_fast:
+            self._learn_kept(shape, raw, text, kept)
+
+    def _count_kept(self, slot: int, raw: bytes, line_no: int) -> bool:
+        """Pure-Python twin of the C loop's kept slots: True when the line was only counted."""
+        key = (slot, variant_key(raw, self._slot_fields[slot]))
+        if key not in self._variants and len(self._variants) < MAX_VARIANTS:
+            self._variants.add(key)
+            return False
+        counts = self._slot_counts[slot]
+        counts[0] += 1
+        counts[1] = line_no
+        return True
+
+    def _learn_kept(self, shape: bytes, raw: bytes, text: str, kept) -> None:
+        """Count later lines of this shape per shape when its lines change only counts."""
+        tpl, countable, rank_m, host_m = kept
+        if countable is None:  # an error/chain line: this shape always takes the full path
+            self._never_fast.add(shape)
+            return
+        if not countable or len(self._fast) >= MAX_SHAPE_CACHE or len(raw) > self.line_cap:
+            return
+        fields = field_ranges(raw, text, rank_m, host_m)
+        if fields is None or self._digit_sensitive(text):
+            self._never_fast.add(shape)
+            return
+        slot = len(self._slot_tpl)
+        if self._table is not None:
+            self._table.add_keep(raw, *fields)
+        else:
+            self._variants.add((slot, variant_key(raw, fields)))
+        self._fast[shape] = slot
+        self._slot_tpl.append(tpl)
+        self._slot_fields.append(fields)
+        self._slot_applied.append(0)
+        self._slot_counts.append([0, 0])
 
     def _judge(self, text: str) -> int | None:
         """Index of the filter rule that drops this line, or None (never drop an error)."""
@@ -331,27 +417,31 @@ class Compressor:
             self._progress_shapes.add(shape)
             self._note_progress(line_no, raw)
 
-    def _drop_segment(self, seg: str, line_no: int) -> bool:
+    def _drop_segment(self, seg: str, line_no: int) -> int | None:
+        """The filter rule index that drops this \r segment, or None (it is kept)."""
         shape = seg.translate(SHAPE_DELETE_STR)
         idx = self._str_drop.get(shape)
         if idx is None:
             idx = self._judge(seg)
             if idx is None:
-                return False
+                return None
             if len(self._str_drop) < MAX_SHAPE_CACHE:
                 self._str_drop[shape] = idx
             rule = self.ruleset.filters[idx]
             if rule.spec.extract:
                 self._extract_point(rule, seg, line_no)
-        rule = self.ruleset.filters[idx]
-        if rule.spec.progress:
-            self._note_progress(line_no, seg.encode())
         self._str_dropped[idx] += 1
-        return True
+        return idx
 
-    def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int) -> None:
-        rank = extract_rank(text)
-        host = extract_host(text)
+    def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int):
+        """Fold the line into its template. Returns (template, countable, rank match, host match):
+        countable is None for an error or chain-marker line, else whether later lines of the shape
+        may be counted without this path (no flagged-line list to fill, not binary)."""
+        rank_m = rank_match(text)
+        host_m = host_match(text)
+        rank = int(rank_m.group(1)) if rank_m else None
+        host = host_m.group(1) if host_m else None
+        countable: bool | None = True
         if rank is not None:
             self._known_ranks.add(rank)
         if host is not None:
@@ -359,22 +449,27 @@ class Compressor:
         hits = self.diag.hits(text)
         flagged = bool(hits)
         if hits:
+            countable = None
             self._record(hits, text, line_no, rank, host)
         elif _CHAIN_RE.search(text):
+            countable = None
             self._chain_pending.add(rank)
         elif _ERROR_HINT.search(text):
             flagged = True
             if len(self._flagged) < MAX_FLAGGED:
                 self._flagged.append((line_no, text))
+                countable = False
         if _BINARY_RE.search(text) and len(_BINARY_RE.findall(text)) * 4 > len(text):
             key = text = BINARY_TEXT
+            if countable:
+                countable = False
         else:
             key = fold_key(text)
         tpl = self._templates.get(key)
         if tpl is None:
             if len(self._templates) >= MAX_TEMPLATES and not flagged:
                 self.overflow_lines += 1
-                return
+                return None, countable, rank_m, host_m
             tpl = Template(text=text, first_line=line_no, last_line=line_no)
             self._templates[key] = tpl
         else:
@@ -387,6 +482,7 @@ class Compressor:
             tpl.hosts.add(host)
         if flagged and tpl.count == 1:
             self._add_context(lines, i, base)
+        return tpl, countable, rank_m, host_m
 
     def _record(self, hits: list[Hit[DiagnosisRule]], text: str, line_no: int,
                 rank: int | None, host: str | None) -> None:
@@ -465,8 +561,23 @@ class Compressor:
             self._extract_point(rules[extract[shapes[i]]], decode_line(lines[i - first]), base + i)
 
     # ---- result ---------------------------------------------------------------------------
+    def _fold_kept_counts(self) -> None:
+        counts = self._table.keep_counts() if self._table is not None else self._slot_counts
+        for slot, (count, last) in enumerate(counts):
+            delta = count - self._slot_applied[slot]
+            if not delta:
+                continue
+            self._slot_applied[slot] = count
+            tpl = self._slot_tpl[slot]
+            if tpl is None:
+                self.overflow_lines += delta
+            else:
+                tpl.count += delta
+                tpl.last_line = max(tpl.last_line, last)
+
     def partial(self) -> Partial:
         """Everything this compressor found, as plain picklable data (line numbers local)."""
+        self._fold_kept_counts()
         dropped_by_rule: Counter = Counter()
         for shape, count in self._dropped_shapes.items():
             dropped_by_rule[self.ruleset.filters[self._drop[shape]].id] += count
