@@ -31,6 +31,7 @@
 #define KEEP_MASK 0xFFFFFF
 #define LAST_PROGRESS 4
 #define MAX_VARIANTS (1 << 18)
+#define MAX_SAMPLES 256 /* per scan call: past it, every other sample is dropped */
 
 typedef struct {
     uint64_t count; /* lines counted here (never seen by Python) */
@@ -283,8 +284,8 @@ static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
     return PyLong_FromSize_t(slot);
 }
 
-/* probe_keep(line, line_no) -> -1: not a kept shape; 0: counted here; 1: a new variant (Python
- * processes the line). For lines a scan handed back before their shape was learned. */
+/* probe_keep(line, line_no) -> -1: not a kept shape; 0: counted here; slot + 1: a new variant
+ * (Python records its rank/host). For lines a scan handed back before their shape was learned. */
 static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
     Py_buffer line;
     long long line_no;
@@ -300,7 +301,7 @@ static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
         }
     }
     PyBuffer_Release(&line);
-    return PyLong_FromLong(r);
+    return PyLong_FromLong(r == 1 ? (long)(v & KEEP_MASK) + 1 : r);
 }
 
 /* keep_counts() -> [(count, last_line)] per slot */
@@ -327,9 +328,9 @@ static PyObject *ShapeTable_contains(ShapeTable *self, PyObject *args) {
     return PyBool_FromLong(v >= 0 && !(v & FLAG_KEEP));
 }
 
-/* a survivor: kind 0 = shape unknown, 1 = a kept shape's new variant */
-static int append_survivor(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b, int kind) {
-    PyObject *t = Py_BuildValue("(nnni)", i, a, b, kind);
+/* a survivor: kind 0 = shape unknown, slot + 1 = a new variant of that kept slot */
+static int append_survivor(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b, Py_ssize_t kind) {
+    PyObject *t = Py_BuildValue("(nnnn)", i, a, b, kind);
     if (!t) return -1;
     int r = PyList_Append(list, t);
     Py_DECREF(t);
@@ -365,7 +366,9 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
         int32_t v = table_get(self, shape_hash(p, end));
         Py_ssize_t a = p - base, b = end - base;
         int back = v < 0;
+        Py_ssize_t kind = 0;
         if (!back && (v & FLAG_KEEP)) {
+            kind = (Py_ssize_t)(v & KEEP_MASK) + 1;
             back = keep_line(self, v, p, end, line0 + idx);
             if (back < 0) {
                 PyErr_NoMemory();
@@ -374,7 +377,22 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
         } else if (!back) {
             self->counts[v & VALUE_MASK]++;
             if (v & FLAG_EXTRACT) {
-                if (n_extract % every == 0 && append_triple(samples, idx, a, b) < 0) goto done;
+                if (n_extract % every == 0) {
+                    if (append_triple(samples, idx, a, b) < 0) goto done;
+                    if (PyList_GET_SIZE(samples) >= MAX_SAMPLES) { /* the stride was a bad guess */
+                        PyObject *half = PyList_GetSlice(samples, 0, MAX_SAMPLES);
+                        if (!half) goto done;
+                        Py_ssize_t k = 0;
+                        for (Py_ssize_t j = 0; j < MAX_SAMPLES; j += 2) {
+                            PyObject *item = PyList_GET_ITEM(half, j);
+                            Py_INCREF(item);
+                            PyList_SetItem(samples, k++, item);
+                        }
+                        Py_DECREF(half);
+                        if (PyList_SetSlice(samples, k, PyList_GET_SIZE(samples), NULL) < 0) goto done;
+                        every *= 2;
+                    }
+                }
                 n_extract++;
             }
             if (v & FLAG_PROGRESS) {
@@ -386,7 +404,7 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
             }
         }
         if (back) {
-            if (append_survivor(surv, idx, a, b, v >= 0) < 0) goto done;
+            if (append_survivor(surv, idx, a, b, kind) < 0) goto done;
             n_surv++;
         }
         idx++;
@@ -464,7 +482,7 @@ static PyMethodDef ShapeTable_methods[] = {
     {"add_keep", (PyCFunction)ShapeTable_add_keep, METH_VARARGS,
      "add_keep(line, lo1, hi1, lo2, hi2) -> slot: count the line's shape here (a kept template)"},
     {"probe_keep", (PyCFunction)ShapeTable_probe_keep, METH_VARARGS,
-     "probe_keep(line, line_no) -> -1 not kept, 0 counted here, 1 new variant"},
+     "probe_keep(line, line_no) -> -1 not kept, 0 counted here, slot + 1 new variant"},
     {"keep_counts", (PyCFunction)ShapeTable_keep_counts, METH_NOARGS, "[(count, last_line)] per kept slot"},
     {"counts", (PyCFunction)ShapeTable_counts, METH_NOARGS, "lines dropped per rule index"},
     {NULL, NULL, 0, NULL},

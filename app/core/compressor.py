@@ -25,7 +25,7 @@ from app.core.compressed import (
 )
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, rank_match
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
-from app.core.keptshapes import MAX_VARIANTS, DigitSensitivity, Fields, field_ranges, variant_key
+from app.core.keptshapes import MAX_VARIANTS, DigitSensitivity, Fields, field_ranges, field_values, variant_key
 from app.core.matcher import Hit, MultiMatcher
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 
@@ -269,8 +269,12 @@ class Compressor:
                         if spec.extract:
                             late.append((i, raw, idx_rule))
                         continue
-                    if self._fast and table.probe_keep(raw, base + i) == 0:
+                    kind = table.probe_keep(raw, base + i) if self._fast else -1
+                    if kind == 0:
                         continue
+                if kind > 0:
+                    self._kept_variant(kind - 1, raw, base + i)
+                    continue
                 self._survivor(view, None, i, base, raw=raw)
             if start >= length:
                 break
@@ -330,7 +334,9 @@ class Compressor:
                 self._dropped_shapes[shape] += 1
                 return
             slot = self._fast.get(shape)
-            if slot is not None and self._count_kept(slot, raw, base + i):
+            if slot is not None:
+                if not self._count_kept(slot, raw, base + i):
+                    self._kept_variant(slot, raw, base + i)
                 return
         line_no = base + i
         if len(raw) > self.line_cap + CUT_SLACK:  # (ingest already cut lines spanning chunks)
@@ -374,6 +380,24 @@ class Compressor:
         counts[0] += 1
         counts[1] = line_no
         return True
+
+    def _kept_variant(self, slot: int, raw: bytes, line_no: int) -> None:
+        """A line of a kept slot with a rank/host not seen for it: count it and record them."""
+        rank, host = field_values(raw, self._slot_fields[slot])
+        if rank is not None:
+            self._known_ranks.add(rank)
+        if host is not None:
+            self._known_hosts.add(host)
+        tpl = self._slot_tpl[slot]
+        if tpl is None:
+            self.overflow_lines += 1
+            return
+        tpl.count += 1
+        tpl.last_line = max(tpl.last_line, line_no)
+        if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
+            tpl.ranks.add(rank)
+        if host is not None and len(tpl.hosts) < MAX_SET_MEMBERS:
+            tpl.hosts.add(host)
 
     def _learn_kept(self, shape: bytes, raw: bytes, text: str, kept) -> None:
         """Count later lines of this shape per shape when its lines change only counts."""

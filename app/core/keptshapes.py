@@ -149,3 +149,29 @@ def variant_key(raw: bytes, fields: Fields) -> tuple:
             out.append((pos, m.group()))
         digits += m.end() - m.start()
     return tuple(out)
+
+
+def field_values(raw: bytes, fields: Fields) -> tuple[int | None, str | None]:
+    """The rank and host of a line of a kept slot, read at the slot's shape positions."""
+    lo1, hi1, lo2, hi2 = fields
+    rank = None
+    host_start = host_end = None
+    digits = 0  # digit bytes before the current shape position
+    for m in _DIGIT_RUN.finditer(raw):
+        pos = m.start() - digits
+        if lo2 <= hi2:
+            if host_start is None and pos > lo2 - 1:
+                host_start = lo2 - 1 + digits
+            if host_end is None and pos > hi2:
+                host_end = hi2 + digits
+        if lo1 <= pos <= hi1:
+            rank = int(m.group())
+        digits += m.end() - m.start()
+        if pos > max(hi1, hi2):
+            break
+    host = None
+    if lo2 <= hi2:
+        start = lo2 - 1 + digits if host_start is None else host_start
+        end = hi2 + digits if host_end is None else host_end
+        host = raw[start:end].decode("utf-8", "replace")
+    return rank, host
