@@ -26,7 +26,7 @@ from app.core.compressed import (
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, rank_match
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
 from app.core.keptshapes import MAX_VARIANTS, DigitSensitivity, Fields, field_ranges, field_values, variant_key
-from app.core.matcher import Hit, MultiMatcher
+from app.core.matcher import Hit
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 
 try:  # the optional C scan loop (setup.py builds it; pure Python is the fallback)
@@ -133,8 +133,7 @@ class Compressor:
 
     def __init__(self, ruleset: RuleSet, *, line_cap: int = LINE_CAP, use_c: bool = True) -> None:
         self.ruleset = ruleset
-        self.filters = MultiMatcher[FilterRule](ruleset.filters)
-        self.diag = MultiMatcher[DiagnosisRule](ruleset.diagnosis)
+        self.filters, self.diag = ruleset.matchers()
         self.line_cap = line_cap
         self._drop: dict[bytes, int] = {}  # shape -> filter rule index
         self._keep: set[bytes] = set()  # shapes judged not droppable
@@ -171,7 +170,7 @@ class Compressor:
         self._slot_applied: list[int] = []
         self._slot_counts: list[list[int]] = []  # pure-Python loop: [count, last line] per slot
         self._variants: set[tuple] = set()  # pure-Python loop: (slot, variant key)
-        self._digit_sensitive = DigitSensitivity(ruleset.diagnosis)
+        self._digit_sensitive = ruleset.derived("digit_sensitivity", lambda: DigitSensitivity(ruleset.diagnosis))
         self.lines_in = 0
         self.bytes_in = 0
         self.lines_cut = 0
