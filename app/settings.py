@@ -78,6 +78,12 @@ class Settings(BaseSettings):
         "(restored in answers, secrets never). Unset: on for hosted backends (openai), off for "
         "local ones (transformers).",
     )
+    llm_strict_whitespace: bool = Field(
+        default=False,
+        description="Send llguidance's `x-guidance: {whitespace_flexible: false}` with the JSON "
+        "schema (llama.cpp servers such as `logdx llm serve`): a small model cannot pad an answer "
+        "with whitespace until max_tokens. Leave off for servers that reject the extension.",
+    )
     llm_cache_dir: Path | None = Field(
         default=None,
         description="Where the transformers backend keeps local model weights (the de-quantized "
@@ -125,6 +131,22 @@ class Settings(BaseSettings):
         default=1024**2, ge=4096,
         description="Bytes buffered before each disk write while streaming an upload.",
     )
+    # hostile input and overload: bounded time per diagnosis, no poison pills
+    diagnosis_deadline_s: float = Field(
+        default=120.0, gt=0,
+        description="Seconds a diagnosis may spend reading its log; then it stops and answers with "
+        "what was read (a partial diagnosis with a note), never a hang.",
+    )
+    max_decompression_ratio: float = Field(
+        default=200.0, gt=1,
+        description="A gzip/zstd log that expands more than this many times (past its first 256 MiB) "
+        "is read no further: a partial diagnosis with a note.",
+    )
+    diagnosis_max_attempts: int = Field(
+        default=3, ge=1,
+        description="Runs a diagnosis may start (restarts and crashed workers re-run it); past this it "
+        "is `failed` with the reason instead of being re-queued again.",
+    )
 
     @model_validator(mode="after")
     def _expand(self) -> "Settings":
@@ -164,5 +186,8 @@ class Settings(BaseSettings):
         return self.data_dir / "uploads"
 
     def ensure_dirs(self) -> None:
+        # raw logs may hold secrets: the data dir and everything logdx keeps in it is owner-only
         for d in (self.data_dir, self.blob_dir, self.spool_dir, self.uploads_dir):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if d.stat().st_uid == os.getuid():
+                d.chmod(0o700)

@@ -27,8 +27,7 @@ from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
 from app.jobs.router import router as jobs_router
 from app.labels.case_store import LabelCaseRecorder
 from app.labels.router import router as labels_router
-from app.llm.factory import LazyEmbedder
-from app.llm.retrieval import Embedder
+from app.llm.retrieval import Embedder, LazyEmbedder
 from app.logs.router import router as logs_router
 from app.logs.storage import BlobStore
 from app.rules_review.router import router as rules_router

@@ -36,7 +36,9 @@
 typedef struct {
     uint64_t count; /* lines counted here (never seen by Python) */
     int64_t last;   /* line number of the last of them, 0 = none */
+    Py_ssize_t last_a, last_b; /* its span in the buffer of the current scan (see take_touched) */
     int32_t lo1, hi1, lo2, hi2; /* shape-position ranges of the variant fields (lo > hi: none) */
+    int touched;    /* counted a line of the buffer being scanned */
 } KeepSlot;
 
 typedef struct {
@@ -55,6 +57,8 @@ typedef struct {
     size_t nkeep, keepcap;
     uint64_t *variants; /* open-addressing set of (slot, field values) hashes, 0 = empty */
     size_t vcap, vused;
+    size_t *touched; /* slots counted in the current buffer, for take_touched */
+    size_t ntouched, touchedcap;
 } ShapeTable;
 
 static inline uint64_t mix64(uint64_t h) {
@@ -185,13 +189,28 @@ static int variants_insert(ShapeTable *t, uint64_t key) {
 
 /* A line of a kept shape: 0 when counted here, 1 when Python must see it (a new variant). */
 static inline int keep_line(ShapeTable *t, int32_t v, const unsigned char *p, const unsigned char *end,
-                            int64_t line_no) {
+                            int64_t line_no, Py_ssize_t a, Py_ssize_t b) {
     size_t slot = (size_t)(v & KEEP_MASK);
     KeepSlot *ks = &t->keep[slot];
     int r = variants_insert(t, variant_hash(ks, slot, p, end));
     if (r != 0) return r;
     ks->count++;
     ks->last = line_no;
+    if (a >= 0) { /* a line of the scanned buffer: Python reads its text before the buffer goes */
+        if (!ks->touched) {
+            if (t->ntouched == t->touchedcap) {
+                size_t ncap = t->touchedcap ? t->touchedcap * 2 : 64;
+                size_t *nt = PyMem_Realloc(t->touched, ncap * sizeof(size_t));
+                if (!nt) return -1;
+                t->touched = nt;
+                t->touchedcap = ncap;
+            }
+            t->touched[t->ntouched++] = slot;
+            ks->touched = 1;
+        }
+        ks->last_a = a;
+        ks->last_b = b;
+    }
     return 0;
 }
 
@@ -223,6 +242,7 @@ static int ShapeTable_init(ShapeTable *self, PyObject *args, PyObject *kwds) {
 }
 
 static void ShapeTable_dealloc(ShapeTable *self) {
+    PyMem_Free(self->touched);
     PyMem_Free(self->keep);
     PyMem_Free(self->variants);
     PyMem_Free(self->slots);
@@ -273,6 +293,8 @@ static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
     KeepSlot *ks = &self->keep[slot];
     ks->count = 0;
     ks->last = 0;
+    ks->last_a = ks->last_b = 0;
+    ks->touched = 0;
     ks->lo1 = lo1;
     ks->hi1 = hi1;
     ks->lo2 = lo2;
@@ -294,7 +316,7 @@ static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
     int32_t v = table_get(self, shape_hash(p, end));
     int r = -1;
     if (v >= 0 && (v & FLAG_KEEP)) {
-        r = keep_line(self, v, p, end, line_no);
+        r = keep_line(self, v, p, end, line_no, -1, -1);
         if (r < 0) {
             PyBuffer_Release(&line);
             return PyErr_NoMemory();
@@ -302,6 +324,25 @@ static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
     }
     PyBuffer_Release(&line);
     return PyLong_FromLong(r == 1 ? (long)(v & KEEP_MASK) + 1 : r);
+}
+
+/* take_touched() -> [(slot, last_line, start, end)] for the slots that counted lines of the
+ * buffers scanned since the last call (spans in the last buffer); resets the list. */
+static PyObject *ShapeTable_take_touched(ShapeTable *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New((Py_ssize_t)self->ntouched);
+    if (!out) return NULL;
+    for (size_t i = 0; i < self->ntouched; i++) {
+        KeepSlot *ks = &self->keep[self->touched[i]];
+        PyObject *t = Py_BuildValue("(nLnn)", (Py_ssize_t)self->touched[i], (long long)ks->last, ks->last_a, ks->last_b);
+        if (!t) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+        ks->touched = 0;
+    }
+    self->ntouched = 0;
+    return out;
 }
 
 /* keep_counts() -> [(count, last_line)] per slot */
@@ -369,7 +410,7 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
         Py_ssize_t kind = 0;
         if (!back && (v & FLAG_KEEP)) {
             kind = (Py_ssize_t)(v & KEEP_MASK) + 1;
-            back = keep_line(self, v, p, end, line0 + idx);
+            back = keep_line(self, v, p, end, line0 + idx, a, b);
             if (back < 0) {
                 PyErr_NoMemory();
                 goto done;
@@ -484,6 +525,8 @@ static PyMethodDef ShapeTable_methods[] = {
     {"probe_keep", (PyCFunction)ShapeTable_probe_keep, METH_VARARGS,
      "probe_keep(line, line_no) -> -1 not kept, 0 counted here, slot + 1 new variant"},
     {"keep_counts", (PyCFunction)ShapeTable_keep_counts, METH_NOARGS, "[(count, last_line)] per kept slot"},
+    {"take_touched", (PyCFunction)ShapeTable_take_touched, METH_NOARGS,
+     "[(slot, last_line, start, end)] of the slots counted in the scanned buffer; resets"},
     {"counts", (PyCFunction)ShapeTable_counts, METH_NOARGS, "lines dropped per rule index"},
     {NULL, NULL, 0, NULL},
 };

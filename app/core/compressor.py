@@ -19,6 +19,7 @@ from operator import not_
 
 import regex
 
+from app.core.binary import BINARY_SHARE, BINARY_RULE_ID, is_text_line, nontext_share
 from app.core.compressed import (
     BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
     build_log, decode_line,
@@ -27,6 +28,7 @@ from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, ho
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
 from app.core.keptshapes import MAX_VARIANTS, DigitSensitivity, Fields, field_ranges, field_values, variant_key
 from app.core.matcher import Hit
+from app.core.placement import RankHosts
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 
 try:  # the optional C scan loop (setup.py builds it; pure Python is the fallback)
@@ -169,16 +171,25 @@ class Compressor:
         self._slot_fields: list[Fields] = []
         self._slot_applied: list[int] = []
         self._slot_counts: list[list[int]] = []  # pure-Python loop: [count, last line] per slot
+        self._slot_last_raw: dict[int, tuple[int, bytes]] = {}  # slot -> its last counted line
         self._variants: set[tuple] = set()  # pure-Python loop: (slot, variant key)
         self._digit_sensitive = ruleset.derived("digit_sensitivity", lambda: DigitSensitivity(ruleset.diagnosis))
-        self.lines_in = 0
+        self.lines_in = 0  # lines are LF-separated; the \r segments of a line are parts of it
+        self.lines_kept = 0
         self.bytes_in = 0
         self.lines_cut = 0
         self.overflow_lines = 0
+        self.binary_bytes = 0  # bytes of chunks judged binary
+        self.binary_chunks = 0
+        self.binary_lines = 0  # non-text lines skipped in them
+        self.rank_hosts = RankHosts()  # global rank -> host from NCCL init lines (dropped as chatter)
 
     # ---- hot path -------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> None:
+        if self._binary_chunk(chunk, len(chunk)):
+            return
         self.bytes_in += len(chunk)
+        self.rank_hosts.scan(chunk, len(chunk))
         if self._table is not None:
             self._feed_c(chunk)
             return
@@ -226,8 +237,42 @@ class Compressor:
         if self._table is None:
             self.feed(bytes(buf[:length]))
             return
+        if self._binary_chunk(buf, length):
+            return
         self.bytes_in += length
+        self.rank_hosts.scan(buf, length)
         self._feed_c(buf, length)
+
+    def _binary_chunk(self, buf: bytes | bytearray, length: int) -> bool:
+        """Handle a chunk that is mostly binary (see app/core/binary.py): only its clean text
+        lines are read; the others count as dropped under BINARY_RULE_ID. False for text."""
+        share = nontext_share(buf, length)
+        if share < BINARY_SHARE:
+            return False
+        data = bytes(buf[:length])
+        lines = data.split(b"\n")
+        if data.endswith(b"\n"):
+            lines.pop()
+        base = self.lines_in + 1
+        self.lines_in += len(lines)
+        self.bytes_in += length
+        self._extracted.clear()
+        self._after = 0  # no context lines from binary junk
+        skipped = 0
+        for i, line in enumerate(lines):
+            if not is_text_line(line):
+                skipped += 1
+                continue
+            shape = line.translate(None, DIGITS)
+            if shape in self._drop:
+                self._dropped_shapes[shape] += 1
+                continue
+            self._survivor(lines, None, i, base, raw=line)
+        self.binary_lines += skipped
+        self.binary_bytes += length
+        self.binary_chunks += 1
+        self._tail = [line for line in lines[-CONTEXT_BEFORE:] if is_text_line(line)]
+        return True
 
     def _feed_c(self, chunk: bytes | bytearray, length: int | None = None) -> None:
         """The same as the pure-Python path, with the per-line loop in C (`ShapeTable.scan`)."""
@@ -270,6 +315,7 @@ class Compressor:
                         continue
                     kind = table.probe_keep(raw, base + i) if self._fast else -1
                     if kind == 0:
+                        self._note_last_counted(self._fast[raw.translate(None, DIGITS)], base + i, raw)
                         continue
                 if kind > 0:
                     self._kept_variant(kind - 1, raw, base + i)
@@ -280,6 +326,8 @@ class Compressor:
         n = idx
         self.lines_in += n
         view._count = n
+        for slot, line_no, a, b in table.take_touched():
+            self._note_last_counted(slot, line_no, mv[a:b])
         points = [(i, (a, b), None) for i, a, b in samples] + late
         if len(points) > 2 * METRIC_SAMPLES_PER_CHUNK:  # the C stride is a guess from the last chunk
             points.sort(key=lambda p: p[0])
@@ -342,17 +390,9 @@ class Compressor:
             raw = raw[: self.line_cap] + CUT_MARK % self.line_cap
             self.lines_cut += 1
         text = decode_line(raw)
-        if "\r" in text:
-            segments = [s for s in text.split("\r") if s.strip()]
-            last_progress = None  # one marker per line: the bar's last state
-            for seg in segments:
-                idx = self._drop_segment(seg, line_no)
-                if idx is None:
-                    self._keep_line(seg, line_no, lines, i, base)
-                elif self.ruleset.filters[idx].spec.progress:
-                    last_progress = seg
-            if last_progress is not None:
-                self._note_progress(line_no, last_progress.encode())
+        segments = [s for s in text.split("\r") if s.strip()] if "\r" in text else None
+        if segments:
+            self._cr_line(segments, line_no, lines, i, base)
             return
         if shape not in self._keep and len(shape) <= self.line_cap:
             idx = self._judge(text)
@@ -366,8 +406,36 @@ class Compressor:
             if len(self._keep) < MAX_SHAPE_CACHE:
                 self._keep.add(shape)
         kept = self._keep_line(text, line_no, lines, i, base)
+        if kept[0] is not None:
+            self.lines_kept += 1
+        else:
+            self.overflow_lines += 1
         if shape not in self._fast and shape not in self._never_fast:
             self._learn_kept(shape, raw, text, kept)
+
+    def _cr_line(self, segments: list[str], line_no: int, lines, i: int, base: int) -> None:
+        """A `\\r`-rewritten line (progress bar): its segments are judged one by one, but it is
+        still one line. It counts as kept when any segment is kept, else as dropped (under the
+        rule of its last segment), so lines_in == lines_kept + lines_dropped + overflow."""
+        kept = False
+        last_rule = None
+        last_progress = None  # one progress marker per line: the bar's last state
+        for seg in segments:
+            idx = self._drop_segment(seg, line_no)
+            if idx is None:
+                kept = self._keep_line(seg, line_no, lines, i, base)[0] is not None or kept
+            else:
+                last_rule = idx
+                if self.ruleset.filters[idx].spec.progress:
+                    last_progress = seg
+        if last_progress is not None:
+            self._note_progress(line_no, last_progress.encode())
+        if kept:
+            self.lines_kept += 1
+        elif last_rule is not None:
+            self._str_dropped[last_rule] += 1
+        else:
+            self.overflow_lines += 1
 
     def _count_kept(self, slot: int, raw: bytes, line_no: int) -> bool:
         """Pure-Python twin of the C loop's kept slots: True when the line was only counted."""
@@ -378,7 +446,14 @@ class Compressor:
         counts = self._slot_counts[slot]
         counts[0] += 1
         counts[1] = line_no
+        self._slot_last_raw[slot] = (line_no, raw)
         return True
+
+    def _note_last_counted(self, slot: int, line_no: int, raw) -> None:
+        """Remember the text of a slot's last counted line (a template shows its last line)."""
+        last = self._slot_last_raw.get(slot)
+        if last is None or line_no > last[0]:
+            self._slot_last_raw[slot] = (line_no, bytes(raw[: self.line_cap]))
 
     def _kept_variant(self, slot: int, raw: bytes, line_no: int) -> None:
         """A line of a kept slot with a rank/host not seen for it: count it and record them."""
@@ -391,8 +466,11 @@ class Compressor:
         if tpl is None:
             self.overflow_lines += 1
             return
+        self.lines_kept += 1
         tpl.count += 1
-        tpl.last_line = max(tpl.last_line, line_no)
+        if line_no >= tpl.last_line:
+            tpl.last_line = line_no
+            tpl.last_text = decode_line(raw[: self.line_cap])
         if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
             tpl.ranks.add(rank)
         if host is not None and len(tpl.hosts) < MAX_SET_MEMBERS:
@@ -453,7 +531,6 @@ class Compressor:
             rule = self.ruleset.filters[idx]
             if rule.spec.extract:
                 self._extract_point(rule, seg, line_no)
-        self._str_dropped[idx] += 1
         return idx
 
     def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int):
@@ -471,18 +548,20 @@ class Compressor:
             self._known_hosts.add(host)
         hits = self.diag.hits(text)
         flagged = bool(hits)
+        # mostly control bytes: rules may still match, the error heuristic must not ("nan" in junk)
+        binary = bool(_BINARY_RE.search(text)) and len(_BINARY_RE.findall(text)) * 4 > len(text)
         if hits:
             countable = None
             self._record(hits, text, line_no, rank, host)
         elif _CHAIN_RE.search(text):
             countable = None
             self._chain_pending.add(rank)
-        elif _ERROR_HINT.search(text):
+        elif not binary and _ERROR_HINT.search(text):
             flagged = True
             if len(self._flagged) < MAX_FLAGGED:
                 self._flagged.append((line_no, text))
                 countable = False
-        if _BINARY_RE.search(text) and len(_BINARY_RE.findall(text)) * 4 > len(text):
+        if binary:
             key = text = BINARY_TEXT
             if countable:
                 countable = False
@@ -491,13 +570,13 @@ class Compressor:
         tpl = self._templates.get(key)
         if tpl is None:
             if len(self._templates) >= MAX_TEMPLATES and not flagged:
-                self.overflow_lines += 1
                 return None, countable, rank_m, host_m
             tpl = Template(text=text, first_line=line_no, last_line=line_no)
             self._templates[key] = tpl
         else:
             tpl.count += 1
             tpl.last_line = line_no
+            tpl.last_text = text
         tpl.flagged = tpl.flagged or flagged
         if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
             tpl.ranks.add(rank)
@@ -594,9 +673,12 @@ class Compressor:
             tpl = self._slot_tpl[slot]
             if tpl is None:
                 self.overflow_lines += delta
-            else:
-                tpl.count += delta
-                tpl.last_line = max(tpl.last_line, last)
+                continue
+            self.lines_kept += delta
+            tpl.count += delta
+            if last > tpl.last_line:
+                tpl.last_line = last
+                tpl.last_text = decode_line(self._slot_last_raw[slot][1][: self.line_cap])
 
     def partial(self) -> Partial:
         """Everything this compressor found, as plain picklable data (line numbers local)."""
@@ -606,21 +688,25 @@ class Compressor:
             dropped_by_rule[self.ruleset.filters[self._drop[shape]].id] += count
         for idx, count in self._str_dropped.items():
             dropped_by_rule[self.ruleset.filters[idx].id] += count
-        lines_dropped = sum(self._dropped_shapes.values())
+        lines_dropped = sum(self._dropped_shapes.values()) + sum(self._str_dropped.values())
         if self._table is not None:
             c_counts = Counter(dict(enumerate(self._table.counts()))) + self._c_dropped
             for idx, count in c_counts.items():
                 if count:
                     dropped_by_rule[self.ruleset.filters[idx].id] += count
             lines_dropped += sum(c_counts.values())
+        if self.binary_lines:
+            dropped_by_rule[BINARY_RULE_ID] += self.binary_lines
+            lines_dropped += self.binary_lines
         progress = [(line_no, decode_line(raw)) for line_no, raw in self._progress]
         return Partial(
             templates=self._templates, context=self._context, occurrences=self._occ,
             rule_counts=self.rule_counts, metrics=self._metrics, nan_points=self._nan,
             progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
             known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
-            lines_dropped=lines_dropped, lines_in=self.lines_in,
-            bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines)
+            lines_dropped=lines_dropped, lines_in=self.lines_in, lines_kept=self.lines_kept,
+            bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines,
+            binary_bytes=self.binary_bytes, binary_chunks=self.binary_chunks, rank_hosts=self.rank_hosts)
 
     def finish(self, report: IngestReport) -> CompressedLog:
         return build_log(self.partial(), self.ruleset, report)

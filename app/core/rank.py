@@ -227,7 +227,7 @@ def _no_events(log: CompressedLog) -> Ranking:
         last = max(text_lines, key=lambda t: t.last_line)
         rc = RootCause(
             error_type=ErrorType.Hang, category=Category.FRAMEWORK, confidence=0.3,
-            evidence=[Evidence(line=last.last_line, text=last.text[:2000])],
+            evidence=[Evidence(line=last.last_line, text=last.last_line_text[:2000])],
             explanation=(f"No error and no training progress in the log; it stops at line {last.last_line}, "
                          "so the job stalled during start-up (initialisation, data loading, the first step)."))
         return Ranking(rc, None, [], only_symptoms=False)
