@@ -210,6 +210,7 @@ def test_kept_lines_of_a_known_shape_keep_every_rank_host_and_count(ruleset, com
     assert tpl.ranks == set(range(64))
     assert tpl.hosts == {f"node-{h:02d}" for h in range(8)}
     assert tpl.last_line == 50 * 64
+    assert tpl.last_line_text == "node-07: [rank63]: dataloader worker 0 prefetched 637 batches"
     assert log.stats.lines_kept + log.stats.lines_dropped == log.stats.lines_in
 
 
