@@ -369,9 +369,53 @@ static PyObject *ShapeTable_contains(ShapeTable *self, PyObject *args) {
     return PyBool_FromLong(v >= 0 && !(v & FLAG_KEEP));
 }
 
-/* a survivor: kind 0 = shape unknown, slot + 1 = a new variant of that kept slot */
-static int append_survivor(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b, Py_ssize_t kind) {
-    PyObject *t = Py_BuildValue("(nnnn)", i, a, b, kind);
+/* The rank and host span of a line of a kept slot, read at the slot's shape positions (the
+ * same as keptshapes.field_values): rank -1 = none (or over 9 digits), host_a -1 = no host. */
+static void field_values(const KeepSlot *ks, const unsigned char *p, const unsigned char *end,
+                         Py_ssize_t *rank, Py_ssize_t *host_a, Py_ssize_t *host_b) {
+    const unsigned char *start = p;
+    int32_t maxhi = ks->hi1 > ks->hi2 ? ks->hi1 : ks->hi2;
+    int has_host = ks->lo2 <= ks->hi2;
+    Py_ssize_t pos = 0, digits = 0, ha = -1, hb = -1;
+    *rank = -1;
+    while (p < end) {
+        if ((unsigned)(*p - '0') >= 10u) {
+            pos++;
+            p++;
+            continue;
+        }
+        const unsigned char *q = p;
+        long long value = 0;
+        while (q < end && (unsigned)(*q - '0') < 10u) {
+            if (q - p < 9) value = value * 10 + (*q - '0');
+            q++;
+        }
+        if (has_host) {
+            if (ha < 0 && pos > ks->lo2 - 1) ha = ks->lo2 - 1 + digits;
+            if (hb < 0 && pos > ks->hi2) hb = ks->hi2 + digits;
+        }
+        if (pos >= ks->lo1 && pos <= ks->hi1) *rank = (q - p) <= 9 ? (Py_ssize_t)value : -1;
+        digits += q - p;
+        p = q;
+        if (pos > maxhi) break;
+    }
+    if (has_host) {
+        Py_ssize_t len = end - start;
+        if (ha < 0) ha = ks->lo2 - 1 + digits;
+        if (hb < 0) hb = ks->hi2 + digits;
+        if (ha > len) ha = len;
+        if (hb > len) hb = len;
+        if (hb < ha) hb = ha;
+    }
+    *host_a = ha;
+    *host_b = hb;
+}
+
+/* a survivor: kind 0 = shape unknown, slot + 1 = a new variant of that kept slot (with its rank
+ * and host span relative to the line start) */
+static int append_survivor(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b, Py_ssize_t kind,
+                           Py_ssize_t rank, Py_ssize_t ha, Py_ssize_t hb) {
+    PyObject *t = Py_BuildValue("(nnnnnnn)", i, a, b, kind, rank, ha, hb);
     if (!t) return -1;
     int r = PyList_Append(list, t);
     Py_DECREF(t);
@@ -445,7 +489,9 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
             }
         }
         if (back) {
-            if (append_survivor(surv, idx, a, b, kind) < 0) goto done;
+            Py_ssize_t rank = -1, ha = -1, hb = -1;
+            if (kind) field_values(&self->keep[kind - 1], p, end, &rank, &ha, &hb);
+            if (append_survivor(surv, idx, a, b, kind, rank, ha, hb) < 0) goto done;
             n_surv++;
         }
         idx++;

@@ -172,6 +172,7 @@ class Compressor:
         self._slot_applied: list[int] = []
         self._slot_counts: list[list[int]] = []  # pure-Python loop: [count, last line] per slot
         self._slot_last_raw: dict[int, tuple[int, bytes]] = {}  # slot -> its last counted line
+        self._hosts_seen: dict[bytes, str] = {}
         self._variants: set[tuple] = set()  # pure-Python loop: (slot, variant key)
         self._digit_sensitive = ruleset.derived("digit_sensitivity", lambda: DigitSensitivity(ruleset.diagnosis))
         self.lines_in = 0  # lines are LF-separated; the \r segments of a line are parts of it
@@ -299,9 +300,13 @@ class Compressor:
                 mv, start, idx, base, self._sample_every, n_extract, SCAN_BATCH)
             samples += samp
             progress += prog
-            for i, a, b, kind in survivors:
+            for i, a, b, *_ in survivors:
                 spans[i] = (a, b)
-            for i, a, b, kind in survivors:
+            for i, a, b, kind, rank, ha, hb in survivors:
+                if kind > 0:  # a new rank/host of a kept shape, read by the C loop
+                    self._kept_variant(kind - 1, base + i, None if rank < 0 else rank,
+                                       None if ha < 0 else self._host_text(mv[a + ha:a + hb]), mv[a:b])
+                    continue
                 raw = bytes(mv[a:b])
                 if kind == 0:  # the shape was unknown when scanned; it may be known now
                     if table.has(raw):
@@ -318,7 +323,7 @@ class Compressor:
                         self._note_last_counted(self._fast[raw.translate(None, DIGITS)], base + i, raw)
                         continue
                 if kind > 0:
-                    self._kept_variant(kind - 1, raw, base + i)
+                    self._kept_variant(kind - 1, base + i, *field_values(raw, self._slot_fields[kind - 1]), raw)
                     continue
                 self._survivor(view, None, i, base, raw=raw)
             if start >= length:
@@ -383,7 +388,7 @@ class Compressor:
             slot = self._fast.get(shape)
             if slot is not None:
                 if not self._count_kept(slot, raw, base + i):
-                    self._kept_variant(slot, raw, base + i)
+                    self._kept_variant(slot, base + i, *field_values(raw, self._slot_fields[slot]), raw)
                 return
         line_no = base + i
         if len(raw) > self.line_cap + CUT_SLACK:  # (ingest already cut lines spanning chunks)
@@ -446,7 +451,7 @@ class Compressor:
         counts = self._slot_counts[slot]
         counts[0] += 1
         counts[1] = line_no
-        self._slot_last_raw[slot] = (line_no, raw)
+        self._slot_last_raw[slot] = (line_no, raw[: self.line_cap])
         return True
 
     def _note_last_counted(self, slot: int, line_no: int, raw) -> None:
@@ -455,9 +460,15 @@ class Compressor:
         if last is None or line_no > last[0]:
             self._slot_last_raw[slot] = (line_no, bytes(raw[: self.line_cap]))
 
-    def _kept_variant(self, slot: int, raw: bytes, line_no: int) -> None:
+    def _host_text(self, raw) -> str:
+        key = bytes(raw)
+        text = self._hosts_seen.get(key)
+        if text is None:
+            text = self._hosts_seen[key] = key.decode("utf-8", "replace")
+        return text
+
+    def _kept_variant(self, slot: int, line_no: int, rank: int | None, host: str | None, raw) -> None:
         """A line of a kept slot with a rank/host not seen for it: count it and record them."""
-        rank, host = field_values(raw, self._slot_fields[slot])
         if rank is not None:
             self._known_ranks.add(rank)
         if host is not None:
@@ -468,9 +479,7 @@ class Compressor:
             return
         self.lines_kept += 1
         tpl.count += 1
-        if line_no >= tpl.last_line:
-            tpl.last_line = line_no
-            tpl.last_text = decode_line(raw[: self.line_cap])
+        self._note_last_counted(slot, line_no, raw)
         if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
             tpl.ranks.add(rank)
         if host is not None and len(tpl.hosts) < MAX_SET_MEMBERS:
@@ -676,9 +685,11 @@ class Compressor:
                 continue
             self.lines_kept += delta
             tpl.count += delta
-            if last > tpl.last_line:
+        for slot, (last, raw) in self._slot_last_raw.items():
+            tpl = self._slot_tpl[slot]
+            if tpl is not None and last > tpl.last_line:
                 tpl.last_line = last
-                tpl.last_text = decode_line(self._slot_last_raw[slot][1][: self.line_cap])
+                tpl.last_text = decode_line(raw)
 
     def partial(self) -> Partial:
         """Everything this compressor found, as plain picklable data (line numbers local)."""

@@ -165,7 +165,7 @@ def field_values(raw: bytes, fields: Fields) -> tuple[int | None, str | None]:
             if host_end is None and pos > hi2:
                 host_end = hi2 + digits
         if lo1 <= pos <= hi1:
-            rank = int(m.group())
+            rank = int(m.group()) if m.end() - m.start() <= 9 else None
         digits += m.end() - m.start()
         if pos > max(hi1, hi2):
             break
