@@ -251,6 +251,7 @@ class Run:
     peak_rss_mib: float | None
     stdout: bytes
     stderr: bytes
+    cpu_s: float | None = None  # user + system CPU seconds (from /usr/bin/time)
 
 
 def measure(cmd: list[str], *, env: dict | None = None, stdout_path: Path | None = None) -> Run:
@@ -269,7 +270,8 @@ def measure(cmd: list[str], *, env: dict | None = None, stdout_path: Path | None
             os.unlink(tpath)
             m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
             rss = int(m.group(1)) / 1024 if m else None
-            return Run(p.returncode, wall, rss, p.stdout or b"", p.stderr)
+            cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", text)) or None
+            return Run(p.returncode, wall, rss, p.stdout or b"", p.stderr, cpu)
         import psutil
 
         t0 = time.perf_counter()
@@ -479,14 +481,15 @@ def run_shapes(args, logdx: str | None) -> int:
             mib = size / MiB
             rows.append(
                 f"| {shape} | {mib:.0f} | {stats.get('lines_in', '?')} / {stats.get('lines_kept', '?')} | "
-                f"{g.wall_s:.2f} | {c.wall_s:.2f} | **{g.wall_s / c.wall_s:.2f}×** | {c.peak_rss_mib:.0f} | "
+                f"{g.wall_s:.2f} ({g.cpu_s or 0:.2f}) | {c.wall_s:.2f} ({c.cpu_s or 0:.2f}) | "
+                f"**{g.wall_s / c.wall_s:.2f}×** | {c.peak_rss_mib:.0f} | "
                 f"{d.wall_s:.2f} ({found}) | {zst_s} | {mib / c.wall_s:.0f} | {load:.1f} |")
             print(rows[-1], file=sys.stderr)
             if not args.keep_output:
                 log.unlink()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    print("| shape | MiB | lines in / kept | grep s | compress s | vs grep | RSS MiB | diagnose s (found) "
+    print("| shape | MiB | lines in / kept | grep s (CPU s) | compress s (CPU s) | vs grep | RSS MiB | diagnose s (found) "
           "| .zst diagnose s | MiB/s | load |")
     print("|---|---:|---|---:|---:|---:|---:|---|---|---:|---:|")
     print("\n".join(rows))

@@ -92,11 +92,12 @@ class _ZstdReader:
 
     Output per step is bounded: zstandard's decompressobj returns everything a piece of input
     expands to, and every zstd block (at least 3 header bytes) expands to at most 128 KiB, so a
-    piece of RAW_PIECE compressed bytes yields at most RAW_PIECE / 3 * 128 KiB (about 21 MiB)
-    whatever the input. Pieces much smaller than that make the Python loop the bottleneck
-    (64-byte pieces: 190,000 calls and 2 s for a 100 MB log; 512: 0.3 s)."""
+    piece of RAW_PIECE compressed bytes yields at most RAW_PIECE / 3 * 128 KiB (about 5.3 MiB)
+    whatever the input. Smaller pieces make this Python loop the bottleneck
+    (64-byte pieces: 190,000 calls for a 12 MB archive of a 100 MB log); this runs in the
+    read-ahead thread (see _ReadAhead), next to the scan."""
 
-    RAW_PIECE = 512  # compressed bytes fed per decompress call (the output bound above)
+    RAW_PIECE = 128  # compressed bytes fed per decompress call (the output bound above)
     RAW_READ = 128 * 1024  # compressed bytes read from the source at a time
 
     def __init__(self, raw) -> None:
