@@ -466,13 +466,14 @@ def run_shapes(args, logdx: str | None) -> int:
             g = _grep_to_file(log, pat, workdir)
             c = measure([logdx or "logdx", "compress", str(log), "-o", str(workdir / "out.txt"), "--stats"])
             stats = _first_json(c.stderr) or {}
-            d = measure([logdx or "logdx", "diagnose", str(log), "--json"])
-            diag = _first_json(d.stdout) or {}
-            rc = diag.get("root_cause") or {}
-            ev = (rc.get("evidence") or [{}])[0]
-            found = f"{rc.get('error_type')} rank {ev.get('rank')} host {ev.get('host')}"
-            zst_s = "–"
-            if args.zst:
+            zst_s = diag_s = "–"
+            if "diagnose" not in args.skip:
+                d = measure([logdx or "logdx", "diagnose", str(log), "--json"])
+                diag = _first_json(d.stdout) or {}
+                rc = diag.get("root_cause") or {}
+                ev = (rc.get("evidence") or [{}])[0]
+                diag_s = f"{d.wall_s:.2f} ({rc.get('error_type')} rank {ev.get('rank')} host {ev.get('host')})"
+            if args.zst and "diagnose" not in args.skip:
                 zlog = Path(str(log) + ".zst")
                 subprocess.run(["zstd", "-q", "-T0", "-3", "-f", str(log), "-o", str(zlog)], check=True)
                 z = measure([logdx or "logdx", "diagnose", str(zlog), "--json"])
@@ -483,7 +484,7 @@ def run_shapes(args, logdx: str | None) -> int:
                 f"| {shape} | {mib:.0f} | {stats.get('lines_in', '?')} / {stats.get('lines_kept', '?')} | "
                 f"{g.wall_s:.2f} ({g.cpu_s or 0:.2f}) | {c.wall_s:.2f} ({c.cpu_s or 0:.2f}) | "
                 f"**{g.wall_s / c.wall_s:.2f}×** | {c.peak_rss_mib:.0f} | "
-                f"{d.wall_s:.2f} ({found}) | {zst_s} | {mib / c.wall_s:.0f} | {load:.1f} |")
+                f"{diag_s} | {zst_s} | {mib / c.wall_s:.0f} | {load:.1f} |")
             print(rows[-1], file=sys.stderr)
             if not args.keep_output:
                 log.unlink()
