@@ -15,6 +15,16 @@ and stops at the first selected line, so that command measures nothing; `-c` sca
     python bench/bench_compress.py                    # 500 MB log in bench/out/ (generated if missing)
     python bench/bench_compress.py --size-mb 2048     # the 2 GB run, for peak RSS
     python bench/bench_compress.py path/to/log [--rules DIR] [--json results.json]
+
+Several log shapes in one run (each generated under --out-dir, measured, then deleted):
+
+    python bench/bench_compress.py --shapes all --size-mb 500 --out-dir /tmp/logdx-shapes \
+        --genlog ../shared/bench/genlog.py
+
+The shapes: `gen_log` (this repo's generator), `genlog` (an independently written generator,
+path given by --genlog; seed 7), `survive5`, `unfiltered`, `short` (bench/gen_shapes.py).
+There the grep baseline writes its output to a file (`grep -v -E -f PATTERNS FILE > OUT`), as
+a user filtering a log would, and `.zst` rows time the diagnosis of the zstd-compressed log.
 """
 
 from __future__ import annotations
@@ -241,6 +251,7 @@ class Run:
     peak_rss_mib: float | None
     stdout: bytes
     stderr: bytes
+    cpu_s: float | None = None  # user + system CPU seconds (from /usr/bin/time)
 
 
 def measure(cmd: list[str], *, env: dict | None = None, stdout_path: Path | None = None) -> Run:
@@ -259,7 +270,8 @@ def measure(cmd: list[str], *, env: dict | None = None, stdout_path: Path | None
             os.unlink(tpath)
             m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
             rss = int(m.group(1)) / 1024 if m else None
-            return Run(p.returncode, wall, rss, p.stdout or b"", p.stderr)
+            cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", text)) or None
+            return Run(p.returncode, wall, rss, p.stdout or b"", p.stderr, cpu)
         import psutil
 
         t0 = time.perf_counter()
@@ -410,6 +422,82 @@ def table(results: list[Result], log: Path, size_bytes: int) -> str:
     return "\n".join(lines)
 
 
+SHAPES = ("gen_log", "genlog", "survive5", "unfiltered", "short")
+
+
+def _generate_shape(shape: str, size_mb: float, out: Path, genlog: Path | None) -> bool:
+    py = sys.executable
+    if shape == "gen_log":
+        cmd = [py, str(BENCH_DIR / "gen_log.py"), "--size-mb", str(size_mb), "--out", str(out)]
+    elif shape == "genlog":
+        if genlog is None or not genlog.exists():
+            return False
+        # genlog.py counts MB as 10^6 bytes; ask for the same MiB as the others
+        cmd = [py, str(genlog), "--size-mb", str(size_mb * MiB / 1e6), "--seed", "7", "--out", str(out)]
+    else:
+        cmd = [py, str(BENCH_DIR / "gen_shapes.py"), shape, "--size-mb", str(size_mb), "--out", str(out)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return True
+
+
+def _grep_to_file(log: Path, pat: Path, workdir: Path) -> Run:
+    return measure(["grep", "-v", "-E", "-f", str(pat), str(log)], env={"LC_ALL": "C"},
+                   stdout_path=workdir / "grep.out")
+
+
+def run_shapes(args, logdx: str | None) -> int:
+    """Every shape at one size: grep (to a file), logdx compress, logdx diagnose (+ .zst)."""
+    shapes = SHAPES if args.shapes == "all" else tuple(args.shapes.split(","))
+    out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="logdx-shapes-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="logdx-bench-"))
+    rules = convert_filter_rules(args.filters)
+    pat = workdir / "filters.ere"
+    pat.write_text("".join(r.ere + "\n" for r in rules if r.ere), encoding="utf-8")
+    rows = []
+    try:
+        for shape in shapes:
+            log = out_dir / f"{shape}-{args.size_mb:g}mb.log"
+            if not _generate_shape(shape, args.size_mb, log, args.genlog):
+                rows.append(f"| {shape} | skipped: generator not found (--genlog) |" + " |" * 8)
+                continue
+            size = log.stat().st_size
+            load = os.getloadavg()[0]
+            g = _grep_to_file(log, pat, workdir)
+            c = measure([logdx or "logdx", "compress", str(log), "-o", str(workdir / "out.txt"), "--stats"])
+            stats = _first_json(c.stderr) or {}
+            zst_s = diag_s = "–"
+            if "diagnose" not in args.skip:
+                d = measure([logdx or "logdx", "diagnose", str(log), "--json"])
+                diag = _first_json(d.stdout) or {}
+                rc = diag.get("root_cause") or {}
+                ev = (rc.get("evidence") or [{}])[0]
+                diag_s = f"{d.wall_s:.2f} ({rc.get('error_type')} rank {ev.get('rank')} host {ev.get('host')})"
+            if args.zst and "diagnose" not in args.skip:
+                zlog = Path(str(log) + ".zst")
+                subprocess.run(["zstd", "-q", "-T0", "-3", "-f", str(log), "-o", str(zlog)], check=True)
+                z = measure([logdx or "logdx", "diagnose", str(zlog), "--json"])
+                zst_s = f"{z.wall_s:.2f} ({z.wall_s / d.wall_s:.2f}×)"
+                zlog.unlink()
+            mib = size / MiB
+            rows.append(
+                f"| {shape} | {mib:.0f} | {stats.get('lines_in', '?')} / {stats.get('lines_kept', '?')} | "
+                f"{g.wall_s:.2f} ({g.cpu_s or 0:.2f}) | {c.wall_s:.2f} ({c.cpu_s or 0:.2f}) | "
+                f"**{g.wall_s / c.wall_s:.2f}×** | {c.peak_rss_mib:.0f} | "
+                f"{diag_s} | {zst_s} | {mib / c.wall_s:.0f} | {load:.1f} |")
+            print(rows[-1], file=sys.stderr)
+            if not args.keep_output:
+                log.unlink()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("| shape | MiB | lines in / kept | grep s (CPU s) | compress s (CPU s) | vs grep | RSS MiB | diagnose s (found) "
+          "| .zst diagnose s | MiB/s | load |")
+    print("|---|---:|---|---:|---:|---:|---:|---|---|---:|---:|")
+    print("\n".join(rows))
+    print(f"\n(machine: {os.cpu_count()} CPUs; load = 1-min load average before each shape)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("log", nargs="?", type=Path, help="log to measure (default: generated into bench/out/)")
@@ -422,7 +510,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", action="append", default=[], choices=["grep", "compress", "diagnose"])
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     ap.add_argument("--keep-output", action="store_true", help="keep the compressed output next to the log")
+    ap.add_argument("--shapes", default=None, help=f"comma-separated shapes, or all: {', '.join(SHAPES)}")
+    ap.add_argument("--out-dir", type=Path, default=None, help="where --shapes generates its logs")
+    ap.add_argument("--genlog", type=Path, default=None, help="the independent genlog.py generator")
+    ap.add_argument("--zst", action="store_true", help="with --shapes: also diagnose a .zst of each log")
     args = ap.parse_args(argv)
+    if args.shapes:
+        return run_shapes(args, find_logdx(args.logdx))
 
     size_mb = 2048.0 if args.big else args.size_mb
     log = args.log

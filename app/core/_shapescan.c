@@ -8,6 +8,15 @@
  *   - the lines whose shape is not in the table (survivors) as (index, start, end) triples,
  *   - every k-th line whose value carries the EXTRACT flag (metric samples),
  *   - the last LAST_PROGRESS lines whose value carries the PROGRESS flag.
+ * Shapes judged *kept* (plain lines of a known template, no error in them) are in the table too,
+ * with the KEEP flag and a slot id: their lines are counted per slot (count, last line) here, and
+ * only a line whose rank/host fields carry values not seen before for that slot (a *variant*)
+ * goes back to Python, so that a template's rank and host sets stay complete. The fields are
+ * ranges of shape positions (the number of non-digit bytes before a digit run), learned by the
+ * Python side from the shape's first line.
+ * `scan_from` stops after a given number of survivors, so that the Python side judges the new
+ * shapes and resumes: lines of a shape learned in the middle of a chunk are then dropped or
+ * counted here, not in Python.
  * The Python side (app/core/compressor.py) judges new shapes with the rules and adds them.
  */
 #define PY_SSIZE_T_CLEAN
@@ -17,8 +26,20 @@
 
 #define FLAG_EXTRACT 0x10000
 #define FLAG_PROGRESS 0x20000
+#define FLAG_KEEP 0x40000000
 #define VALUE_MASK 0xFFFF
+#define KEEP_MASK 0xFFFFFF
 #define LAST_PROGRESS 4
+#define MAX_VARIANTS (1 << 18)
+#define MAX_SAMPLES 256 /* per scan call: past it, every other sample is dropped */
+
+typedef struct {
+    uint64_t count; /* lines counted here (never seen by Python) */
+    int64_t last;   /* line number of the last of them, 0 = none */
+    Py_ssize_t last_a, last_b; /* its span in the buffer of the current scan (see take_touched) */
+    int32_t lo1, hi1, lo2, hi2; /* shape-position ranges of the variant fields (lo > hi: none) */
+    int touched;    /* counted a line of the buffer being scanned */
+} KeepSlot;
 
 typedef struct {
     uint64_t key; /* 0 = empty */
@@ -32,6 +53,12 @@ typedef struct {
     size_t used;
     uint64_t *counts; /* per rule index */
     size_t ncounts;
+    KeepSlot *keep;
+    size_t nkeep, keepcap;
+    uint64_t *variants; /* open-addressing set of (slot, field values) hashes, 0 = empty */
+    size_t vcap, vused;
+    size_t *touched; /* slots counted in the current buffer, for take_touched */
+    size_t ntouched, touchedcap;
 } ShapeTable;
 
 static inline uint64_t mix64(uint64_t h) {
@@ -105,6 +132,98 @@ static inline int32_t table_get(const ShapeTable *t, uint64_t key) {
     return -1;
 }
 
+/* Hash of the digit runs whose shape position lies in [lo1,hi1] or [lo2,hi2], mixed with the
+ * slot id: two lines of a slot with the same key have the same rank/host field values. */
+static uint64_t variant_hash(const KeepSlot *ks, uint64_t slot, const unsigned char *p,
+                             const unsigned char *end) {
+    uint64_t h = mix64(slot + 0x51ED27ULL);
+    int32_t maxhi = ks->hi1 > ks->hi2 ? ks->hi1 : ks->hi2;
+    int32_t pos = 0;
+    while (p < end && pos <= maxhi) {
+        unsigned char c = *p++;
+        if ((unsigned)(c - '0') >= 10u) {
+            pos++;
+            continue;
+        }
+        if ((pos >= ks->lo1 && pos <= ks->hi1) || (pos >= ks->lo2 && pos <= ks->hi2))
+            h = (h ^ ((uint64_t)c | ((uint64_t)(uint32_t)pos << 8))) * 0x100000001B3ULL;
+    }
+    h = mix64(h);
+    return h ? h : 1;
+}
+
+static int variants_grow(ShapeTable *t) {
+    size_t ncap = t->vcap ? t->vcap * 2 : 1024;
+    uint64_t *nv = PyMem_Calloc(ncap, sizeof(uint64_t));
+    if (!nv) return -1;
+    for (size_t i = 0; i < t->vcap; i++) {
+        uint64_t k = t->variants[i];
+        if (!k) continue;
+        size_t j = k & (ncap - 1);
+        while (nv[j]) j = (j + 1) & (ncap - 1);
+        nv[j] = k;
+    }
+    PyMem_Free(t->variants);
+    t->variants = nv;
+    t->vcap = ncap;
+    return 0;
+}
+
+/* 1: the key was new and is now in the set; 0: already there, or the set is full; -1: no memory */
+static int variants_insert(ShapeTable *t, uint64_t key) {
+    if (t->vused >= MAX_VARIANTS) {
+        size_t j = key & (t->vcap - 1);
+        while (t->variants[j] && t->variants[j] != key) j = (j + 1) & (t->vcap - 1);
+        return 0;
+    }
+    if ((t->vused + 1) * 2 > t->vcap && variants_grow(t) < 0) return -1;
+    size_t j = key & (t->vcap - 1);
+    while (t->variants[j]) {
+        if (t->variants[j] == key) return 0;
+        j = (j + 1) & (t->vcap - 1);
+    }
+    t->variants[j] = key;
+    t->vused++;
+    return 1;
+}
+
+/* A line of a kept shape: 0 when counted here, 1 when Python must see it (a new variant). */
+static inline int keep_line(ShapeTable *t, int32_t v, const unsigned char *p, const unsigned char *end,
+                            int64_t line_no, Py_ssize_t a, Py_ssize_t b) {
+    size_t slot = (size_t)(v & KEEP_MASK);
+    KeepSlot *ks = &t->keep[slot];
+    int r = variants_insert(t, variant_hash(ks, slot, p, end));
+    if (r != 0) return r;
+    ks->count++;
+    ks->last = line_no;
+    if (a >= 0) { /* a line of the scanned buffer: Python reads its text before the buffer goes */
+        if (!ks->touched) {
+            if (t->ntouched == t->touchedcap) {
+                size_t ncap = t->touchedcap ? t->touchedcap * 2 : 64;
+                size_t *nt = PyMem_Realloc(t->touched, ncap * sizeof(size_t));
+                if (!nt) return -1;
+                t->touched = nt;
+                t->touchedcap = ncap;
+            }
+            t->touched[t->ntouched++] = slot;
+            ks->touched = 1;
+        }
+        ks->last_a = a;
+        ks->last_b = b;
+    }
+    return 0;
+}
+
+static int table_put(ShapeTable *t, uint64_t key, int32_t val) {
+    if ((t->used + 1) * 2 > t->cap && table_grow(t) < 0) return -1;
+    size_t j = key & (t->cap - 1);
+    while (t->slots[j].key && t->slots[j].key != key) j = (j + 1) & (t->cap - 1);
+    if (!t->slots[j].key) t->used++;
+    t->slots[j].key = key;
+    t->slots[j].val = val;
+    return 0;
+}
+
 static int ShapeTable_init(ShapeTable *self, PyObject *args, PyObject *kwds) {
     Py_ssize_t nrules = 0;
     static char *kwlist[] = {"nrules", NULL};
@@ -123,6 +242,9 @@ static int ShapeTable_init(ShapeTable *self, PyObject *args, PyObject *kwds) {
 }
 
 static void ShapeTable_dealloc(ShapeTable *self) {
+    PyMem_Free(self->touched);
+    PyMem_Free(self->keep);
+    PyMem_Free(self->variants);
     PyMem_Free(self->slots);
     PyMem_Free(self->counts);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -140,13 +262,102 @@ static PyObject *ShapeTable_add(ShapeTable *self, PyObject *args) {
     const unsigned char *p = line.buf;
     uint64_t key = shape_hash(p, p + line.len);
     PyBuffer_Release(&line);
-    if ((self->used + 1) * 2 > self->cap && table_grow(self) < 0) return PyErr_NoMemory();
-    size_t j = key & (self->cap - 1);
-    while (self->slots[j].key && self->slots[j].key != key) j = (j + 1) & (self->cap - 1);
-    if (!self->slots[j].key) self->used++;
-    self->slots[j].key = key;
-    self->slots[j].val = rule | (extract ? FLAG_EXTRACT : 0) | (progress ? FLAG_PROGRESS : 0);
+    if (table_put(self, key, rule | (extract ? FLAG_EXTRACT : 0) | (progress ? FLAG_PROGRESS : 0)) < 0)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
+}
+
+/* add_keep(line, lo1, hi1, lo2, hi2) -> slot id: the line's shape is kept and counted here; the
+ * line's own variant is remembered (Python has just processed it). */
+static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
+    Py_buffer line;
+    int lo1, hi1, lo2, hi2;
+    if (!PyArg_ParseTuple(args, "y*iiii", &line, &lo1, &hi1, &lo2, &hi2)) return NULL;
+    const unsigned char *p = line.buf, *end = p + line.len;
+    if (self->nkeep > KEEP_MASK) {
+        PyBuffer_Release(&line);
+        PyErr_SetString(PyExc_OverflowError, "too many kept shapes");
+        return NULL;
+    }
+    if (self->nkeep == self->keepcap) {
+        size_t ncap = self->keepcap ? self->keepcap * 2 : 256;
+        KeepSlot *nk = PyMem_Realloc(self->keep, ncap * sizeof(KeepSlot));
+        if (!nk) {
+            PyBuffer_Release(&line);
+            return PyErr_NoMemory();
+        }
+        self->keep = nk;
+        self->keepcap = ncap;
+    }
+    size_t slot = self->nkeep++;
+    KeepSlot *ks = &self->keep[slot];
+    ks->count = 0;
+    ks->last = 0;
+    ks->last_a = ks->last_b = 0;
+    ks->touched = 0;
+    ks->lo1 = lo1;
+    ks->hi1 = hi1;
+    ks->lo2 = lo2;
+    ks->hi2 = hi2;
+    uint64_t key = shape_hash(p, end);
+    int r = variants_insert(self, variant_hash(ks, slot, p, end));
+    PyBuffer_Release(&line);
+    if (r < 0 || table_put(self, key, FLAG_KEEP | (int32_t)slot) < 0) return PyErr_NoMemory();
+    return PyLong_FromSize_t(slot);
+}
+
+/* probe_keep(line, line_no) -> -1: not a kept shape; 0: counted here; slot + 1: a new variant
+ * (Python records its rank/host). For lines a scan handed back before their shape was learned. */
+static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
+    Py_buffer line;
+    long long line_no;
+    if (!PyArg_ParseTuple(args, "y*L", &line, &line_no)) return NULL;
+    const unsigned char *p = line.buf, *end = p + line.len;
+    int32_t v = table_get(self, shape_hash(p, end));
+    int r = -1;
+    if (v >= 0 && (v & FLAG_KEEP)) {
+        r = keep_line(self, v, p, end, line_no, -1, -1);
+        if (r < 0) {
+            PyBuffer_Release(&line);
+            return PyErr_NoMemory();
+        }
+    }
+    PyBuffer_Release(&line);
+    return PyLong_FromLong(r == 1 ? (long)(v & KEEP_MASK) + 1 : r);
+}
+
+/* take_touched() -> [(slot, last_line, start, end)] for the slots that counted lines of the
+ * buffers scanned since the last call (spans in the last buffer); resets the list. */
+static PyObject *ShapeTable_take_touched(ShapeTable *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New((Py_ssize_t)self->ntouched);
+    if (!out) return NULL;
+    for (size_t i = 0; i < self->ntouched; i++) {
+        KeepSlot *ks = &self->keep[self->touched[i]];
+        PyObject *t = Py_BuildValue("(nLnn)", (Py_ssize_t)self->touched[i], (long long)ks->last, ks->last_a, ks->last_b);
+        if (!t) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+        ks->touched = 0;
+    }
+    self->ntouched = 0;
+    return out;
+}
+
+/* keep_counts() -> [(count, last_line)] per slot */
+static PyObject *ShapeTable_keep_counts(ShapeTable *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New((Py_ssize_t)self->nkeep);
+    if (!out) return NULL;
+    for (size_t i = 0; i < self->nkeep; i++) {
+        PyObject *t = Py_BuildValue("(KL)", (unsigned long long)self->keep[i].count, (long long)self->keep[i].last);
+        if (!t) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+    }
+    return out;
 }
 
 static PyObject *ShapeTable_contains(ShapeTable *self, PyObject *args) {
@@ -155,7 +366,60 @@ static PyObject *ShapeTable_contains(ShapeTable *self, PyObject *args) {
     const unsigned char *p = line.buf;
     int32_t v = table_get(self, shape_hash(p, p + line.len));
     PyBuffer_Release(&line);
-    return PyBool_FromLong(v >= 0);
+    return PyBool_FromLong(v >= 0 && !(v & FLAG_KEEP));
+}
+
+/* The rank and host span of a line of a kept slot, read at the slot's shape positions (the
+ * same as keptshapes.field_values): rank -1 = none (or over 9 digits), host_a -1 = no host. */
+static void field_values(const KeepSlot *ks, const unsigned char *p, const unsigned char *end,
+                         Py_ssize_t *rank, Py_ssize_t *host_a, Py_ssize_t *host_b) {
+    const unsigned char *start = p;
+    int32_t maxhi = ks->hi1 > ks->hi2 ? ks->hi1 : ks->hi2;
+    int has_host = ks->lo2 <= ks->hi2;
+    Py_ssize_t pos = 0, digits = 0, ha = -1, hb = -1;
+    *rank = -1;
+    while (p < end) {
+        if ((unsigned)(*p - '0') >= 10u) {
+            pos++;
+            p++;
+            continue;
+        }
+        const unsigned char *q = p;
+        long long value = 0;
+        while (q < end && (unsigned)(*q - '0') < 10u) {
+            if (q - p < 9) value = value * 10 + (*q - '0');
+            q++;
+        }
+        if (has_host) {
+            if (ha < 0 && pos > ks->lo2 - 1) ha = ks->lo2 - 1 + digits;
+            if (hb < 0 && pos > ks->hi2) hb = ks->hi2 + digits;
+        }
+        if (pos >= ks->lo1 && pos <= ks->hi1) *rank = (q - p) <= 9 ? (Py_ssize_t)value : -1;
+        digits += q - p;
+        p = q;
+        if (pos > maxhi) break;
+    }
+    if (has_host) {
+        Py_ssize_t len = end - start;
+        if (ha < 0) ha = ks->lo2 - 1 + digits;
+        if (hb < 0) hb = ks->hi2 + digits;
+        if (ha > len) ha = len;
+        if (hb > len) hb = len;
+        if (hb < ha) hb = ha;
+    }
+    *host_a = ha;
+    *host_b = hb;
+}
+
+/* a survivor: kind 0 = shape unknown, slot + 1 = a new variant of that kept slot (with its rank
+ * and host span relative to the line start) */
+static int append_survivor(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b, Py_ssize_t kind,
+                           Py_ssize_t rank, Py_ssize_t ha, Py_ssize_t hb) {
+    PyObject *t = Py_BuildValue("(nnnnnnn)", i, a, b, kind, rank, ha, hb);
+    if (!t) return -1;
+    int r = PyList_Append(list, t);
+    Py_DECREF(t);
+    return r;
 }
 
 static int append_triple(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b) {
@@ -166,28 +430,54 @@ static int append_triple(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t 
     return r;
 }
 
-/* scan(chunk, sample_every) -> (n_lines, survivors, samples, last_progress_lines, n_extract) */
-static PyObject *ShapeTable_scan(ShapeTable *self, PyObject *args) {
-    Py_buffer buf;
-    Py_ssize_t every = 1;
-    if (!PyArg_ParseTuple(args, "y*n", &buf, &every)) return NULL;
+/* The scan loop over buf[start:]: line indices start at idx0, line numbers (for kept slots) at
+ * line0 + index. Stops after max_surv survivors (0: no limit) at the start of the next line.
+ * Returns (end_index, end_offset, survivors, samples, last_progress_lines, n_extract). */
+static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, Py_ssize_t idx0,
+                           long long line0, Py_ssize_t every, Py_ssize_t n_extract0, Py_ssize_t max_surv) {
     if (every < 1) every = 1;
+    if (start < 0 || start > buf->len) {
+        PyErr_SetString(PyExc_ValueError, "start out of range");
+        return NULL;
+    }
     PyObject *surv = PyList_New(0), *samples = PyList_New(0), *result = NULL;
     if (!surv || !samples) goto done;
-    const unsigned char *base = buf.buf, *p = base, *stop = base + buf.len;
-    Py_ssize_t idx = 0, n_extract = 0, n_prog = 0;
+    const unsigned char *base = buf->buf, *p = base + start, *stop = base + buf->len;
+    Py_ssize_t idx = idx0, n_extract = n_extract0, n_prog = 0, n_surv = 0;
     Py_ssize_t ring[LAST_PROGRESS][3]; /* the last progress lines: index, start, end */
     while (p < stop) {
         const unsigned char *nl = memchr(p, '\n', (size_t)(stop - p));
         const unsigned char *end = nl ? nl : stop;
         int32_t v = table_get(self, shape_hash(p, end));
         Py_ssize_t a = p - base, b = end - base;
-        if (v < 0) {
-            if (append_triple(surv, idx, a, b) < 0) goto done;
-        } else {
+        int back = v < 0;
+        Py_ssize_t kind = 0;
+        if (!back && (v & FLAG_KEEP)) {
+            kind = (Py_ssize_t)(v & KEEP_MASK) + 1;
+            back = keep_line(self, v, p, end, line0 + idx, a, b);
+            if (back < 0) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        } else if (!back) {
             self->counts[v & VALUE_MASK]++;
             if (v & FLAG_EXTRACT) {
-                if (n_extract % every == 0 && append_triple(samples, idx, a, b) < 0) goto done;
+                if (n_extract % every == 0) {
+                    if (append_triple(samples, idx, a, b) < 0) goto done;
+                    if (PyList_GET_SIZE(samples) >= MAX_SAMPLES) { /* the stride was a bad guess */
+                        PyObject *half = PyList_GetSlice(samples, 0, MAX_SAMPLES);
+                        if (!half) goto done;
+                        Py_ssize_t k = 0;
+                        for (Py_ssize_t j = 0; j < MAX_SAMPLES; j += 2) {
+                            PyObject *item = PyList_GET_ITEM(half, j);
+                            Py_INCREF(item);
+                            PyList_SetItem(samples, k++, item);
+                        }
+                        Py_DECREF(half);
+                        if (PyList_SetSlice(samples, k, PyList_GET_SIZE(samples), NULL) < 0) goto done;
+                        every *= 2;
+                    }
+                }
                 n_extract++;
             }
             if (v & FLAG_PROGRESS) {
@@ -198,9 +488,15 @@ static PyObject *ShapeTable_scan(ShapeTable *self, PyObject *args) {
                 n_prog++;
             }
         }
+        if (back) {
+            Py_ssize_t rank = -1, ha = -1, hb = -1;
+            if (kind) field_values(&self->keep[kind - 1], p, end, &rank, &ha, &hb);
+            if (append_survivor(surv, idx, a, b, kind, rank, ha, hb) < 0) goto done;
+            n_surv++;
+        }
         idx++;
-        if (!nl) break;
-        p = nl + 1;
+        p = nl ? nl + 1 : stop;
+        if (max_surv > 0 && n_surv >= max_surv) break;
     }
     PyObject *prog = PyList_New(0);
     if (!prog) goto done;
@@ -211,12 +507,38 @@ static PyObject *ShapeTable_scan(ShapeTable *self, PyObject *args) {
             goto done;
         }
     }
-    result = Py_BuildValue("(nOONn)", idx, surv, samples, prog, n_extract);
+    result = Py_BuildValue("(nnOONn)", idx, (Py_ssize_t)(p - base), surv, samples, prog, n_extract);
 done:
     Py_XDECREF(surv);
     Py_XDECREF(samples);
-    PyBuffer_Release(&buf);
     return result;
+}
+
+/* scan(chunk, sample_every) -> (n_lines, survivors (index, start, end, kind), samples, last_progress_lines, n_extract) */
+static PyObject *ShapeTable_scan(ShapeTable *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t every = 1;
+    if (!PyArg_ParseTuple(args, "y*n", &buf, &every)) return NULL;
+    PyObject *r = scan_core(self, &buf, 0, 0, 1, every, 0, 0);
+    PyBuffer_Release(&buf);
+    if (!r) return NULL;
+    PyObject *out = Py_BuildValue("(OOOOO)", PyTuple_GET_ITEM(r, 0), PyTuple_GET_ITEM(r, 2),
+                                  PyTuple_GET_ITEM(r, 3), PyTuple_GET_ITEM(r, 4), PyTuple_GET_ITEM(r, 5));
+    Py_DECREF(r);
+    return out;
+}
+
+/* scan_from(chunk, start, idx0, line0, sample_every, n_extract0, max_survivors)
+ *   -> (end_index, end_offset, survivors, samples, last_progress_lines, n_extract) */
+static PyObject *ShapeTable_scan_from(ShapeTable *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t start, idx0, every, n_extract0, max_surv;
+    long long line0;
+    if (!PyArg_ParseTuple(args, "y*nnLnnn", &buf, &start, &idx0, &line0, &every, &n_extract0, &max_surv))
+        return NULL;
+    PyObject *r = scan_core(self, &buf, start, idx0, line0, every, n_extract0, max_surv);
+    PyBuffer_Release(&buf);
+    return r;
 }
 
 static PyObject *ShapeTable_counts(ShapeTable *self, PyObject *Py_UNUSED(ignored)) {
@@ -240,7 +562,17 @@ static PyMethodDef ShapeTable_methods[] = {
      "add(line, rule_index, extract=False, progress=False): mark the line's shape droppable"},
     {"has", (PyCFunction)ShapeTable_contains, METH_VARARGS, "has(line): is the line's shape droppable"},
     {"scan", (PyCFunction)ShapeTable_scan, METH_VARARGS,
-     "scan(chunk, sample_every) -> (n_lines, survivors, samples, last_progress_lines, n_extract)"},
+     "scan(chunk, sample_every) -> (n_lines, survivors (index, start, end, kind), samples, last_progress_lines, n_extract)"},
+    {"scan_from", (PyCFunction)ShapeTable_scan_from, METH_VARARGS,
+     "scan_from(chunk, start, idx0, line0, sample_every, n_extract0, max_survivors) -> "
+     "(end_index, end_offset, survivors, samples, last_progress_lines, n_extract)"},
+    {"add_keep", (PyCFunction)ShapeTable_add_keep, METH_VARARGS,
+     "add_keep(line, lo1, hi1, lo2, hi2) -> slot: count the line's shape here (a kept template)"},
+    {"probe_keep", (PyCFunction)ShapeTable_probe_keep, METH_VARARGS,
+     "probe_keep(line, line_no) -> -1 not kept, 0 counted here, slot + 1 new variant"},
+    {"keep_counts", (PyCFunction)ShapeTable_keep_counts, METH_NOARGS, "[(count, last_line)] per kept slot"},
+    {"take_touched", (PyCFunction)ShapeTable_take_touched, METH_NOARGS,
+     "[(slot, last_line, start, end)] of the slots counted in the scanned buffer; resets"},
     {"counts", (PyCFunction)ShapeTable_counts, METH_NOARGS, "lines dropped per rule index"},
     {NULL, NULL, 0, NULL},
 };

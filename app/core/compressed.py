@@ -210,10 +210,11 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
         known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping(),
         cut_short=report.cut_short)
-    out = render(log)
+    body = render_body(log)
+    out = render(log, body)
     stats.bytes_out = len(out.encode("utf-8"))
     stats.ratio = round(stats.bytes_in / stats.bytes_out, 1) if stats.bytes_out else 0.0
-    log.rendered = render(log)  # again: the header now carries the final byte counts
+    log.rendered = render(log, body)  # again: the header now carries the final byte counts
     return log
 
 
@@ -233,8 +234,9 @@ def _fmt_set(values: Iterable, limit: int = 8) -> str:
     return ",".join(map(str, vals[:limit])) + f",…(+{len(vals) - limit})"
 
 
-def render(log: CompressedLog) -> str:
-    """The compact text for humans and LLMs: templates in order, errors verbatim with context."""
+def render(log: CompressedLog, body: str | None = None) -> str:
+    """The compact text for humans and LLMs: templates in order, errors verbatim with context.
+    `body`: the text below the header, when already rendered (it does not depend on the stats)."""
     out: list[str] = []
     s = log.stats
     out.append(f"# logdx compressed log: {s.lines_in} lines in, {s.lines_kept} kept in {s.templates} templates, "
@@ -245,6 +247,11 @@ def render(log: CompressedLog) -> str:
         out.append(f"# last progress: line {log.last_progress.line} step {log.last_progress.step}")
     for w in s.warnings:
         out.append(f"# warning: {w}")
+    return "\n".join(out) + "\n" + (render_body(log) if body is None else body)
+
+
+def render_body(log: CompressedLog) -> str:
+    out: list[str] = []
     entries: list[tuple[int, str]] = []
     template_lines = {t.first_line for t in log.templates}
     for t in log.templates:
@@ -261,7 +268,7 @@ def render(log: CompressedLog) -> str:
             entries.append((line_no, f"~L{line_no}: {text}"))
     entries.sort(key=lambda e: e[0])
     out.extend(e[1] for e in entries)
-    return "\n".join(out) + "\n"
+    return "".join(line + "\n" for line in out)
 
 
 

@@ -6,7 +6,8 @@ loop (`app/core/_shapescan.c`: a hash set walked without creating Python objects
 fallback, by C-level iterators over `bytes.translate`/`split` (`map`, `itertools.compress`,
 `Counter`). Only lines with a shape never seen before, or shapes that survive, reach Python code
 and the rules. A new shape is dropped only when a filter rule matches it AND no diagnosis rule
-does: an error line is never dropped.
+does: an error line is never dropped. Plain surviving lines of a known shape are counted per shape
+as well (`app/core/keptshapes.py`); only a line with a rank/host not seen for its shape comes back.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from app.core.compressed import (
     BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
     build_log, decode_line,
 )
-from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, fold_key
+from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, rank_match
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
-from app.core.matcher import Hit, MultiMatcher
+from app.core.keptshapes import MAX_VARIANTS, DigitSensitivity, Fields, field_ranges, field_values, variant_key
+from app.core.matcher import Hit
 from app.core.placement import RankHosts
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 
@@ -41,6 +43,7 @@ MAX_OCCURRENCES_PER_RULE = 2_000
 METRIC_SAMPLES_PER_CHUNK = 64
 CUT_SLACK = 64
 TAIL_BYTES = 64 * 1024  # split this much of a pure-metric chunk's end
+SCAN_BATCH = 64  # the C loop hands back at most this many lines before new shapes are learned
 
 _ERROR_HINT = regex.compile(
     r"Traceback \(most recent call last\)|Error\b|Exception\b|\berror\b|\bERROR\b|\bFATAL\b|\bfatal\b|"
@@ -71,12 +74,20 @@ class _ChunkView:
     walked from there to the neighbouring lines that context needs. The chunk may be a reused
     buffer whose first `limit` bytes are valid; lines are returned as copies (bytes)."""
 
-    def __init__(self, chunk: bytes | bytearray, n: int, spans: dict[int, tuple[int, int]],
+    def __init__(self, chunk: bytes | bytearray, n: int | None, spans: dict[int, tuple[int, int]],
                  limit: int | None = None) -> None:
         self._chunk = chunk
-        self._n = n
+        self._count = n
         self._spans = spans
         self._limit = len(chunk) if limit is None else limit
+
+    @property
+    def _n(self) -> int:
+        """Lines in the chunk (counted on first use: the scan may not have reached the end)."""
+        if self._count is None:
+            c, limit = self._chunk, self._limit
+            self._count = c.count(b"\n", 0, limit) + (1 if limit and c[limit - 1] != 10 else 0)
+        return self._count
 
     def __len__(self) -> int:
         return self._n
@@ -124,8 +135,7 @@ class Compressor:
 
     def __init__(self, ruleset: RuleSet, *, line_cap: int = LINE_CAP, use_c: bool = True) -> None:
         self.ruleset = ruleset
-        self.filters = MultiMatcher[FilterRule](ruleset.filters)
-        self.diag = MultiMatcher[DiagnosisRule](ruleset.diagnosis)
+        self.filters, self.diag = ruleset.matchers()
         self.line_cap = line_cap
         self._drop: dict[bytes, int] = {}  # shape -> filter rule index
         self._keep: set[bytes] = set()  # shapes judged not droppable
@@ -153,6 +163,18 @@ class Compressor:
         # the C scan loop when it is built (see app/core/_shapescan.c); same results either way
         self._table = ShapeTable(max(1, len(ruleset.filters))) if (use_c and ShapeTable is not None) else None
         self._sample_every = 1
+        # kept slots (see keptshapes.py): shape -> slot; per slot its template (None: over the
+        # template cap), variant fields, and the counts already folded into the template
+        self._fast: dict[bytes, int] = {}
+        self._never_fast: set[bytes] = set()
+        self._slot_tpl: list[Template | None] = []
+        self._slot_fields: list[Fields] = []
+        self._slot_applied: list[int] = []
+        self._slot_counts: list[list[int]] = []  # pure-Python loop: [count, last line] per slot
+        self._slot_last_raw: dict[int, tuple[int, bytes]] = {}  # slot -> its last counted line
+        self._hosts_seen: dict[bytes, str] = {}
+        self._variants: set[tuple] = set()  # pure-Python loop: (slot, variant key)
+        self._digit_sensitive = ruleset.derived("digit_sensitivity", lambda: DigitSensitivity(ruleset.diagnosis))
         self.lines_in = 0  # lines are LF-separated; the \r segments of a line are parts of it
         self.lines_kept = 0
         self.bytes_in = 0
@@ -261,35 +283,66 @@ class Compressor:
             self._scan_chunk(table, chunk, mv, length)
 
     def _scan_chunk(self, table, chunk: bytes | bytearray, mv: memoryview, length: int) -> None:
-        n, survivors, samples, progress, n_extract = table.scan(mv, self._sample_every)
         base = self.lines_in + 1
-        self.lines_in += n
         self._extracted.clear()
-        view = _ChunkView(chunk, n, {i: (a, b) for i, a, b in survivors}, length)
+        spans: dict[int, tuple[int, int]] = {}
+        view = _ChunkView(chunk, None, spans, length)
         if self._after:
             self._owe_context(view, base)
         rules = self.ruleset.filters
         late: list[tuple[int, bytes, int]] = []  # metric lines of shapes first judged in this chunk
-        for i, a, b in survivors:
-            raw = bytes(mv[a:b])
-            if table.has(raw):
-                idx = self._c_rule_of(raw)
-                self._c_dropped[idx] += 1
-                spec = rules[idx].spec
-                if spec.progress:
-                    self._note_progress(base + i, raw)
-                if spec.extract:
-                    late.append((i, raw, idx))
-                continue
-            self._survivor(view, None, i, base, raw=raw)
-        points = [(i, bytes(mv[a:b]), None) for i, a, b in samples] + late
+        samples: list[tuple[int, int, int]] = []
+        progress: list[tuple[int, int, int]] = []  # candidates for the chunk's last progress lines
+        idx = start = n_extract = 0
+        while True:
+            # in batches: shapes judged in one batch are dropped/counted by C in the next
+            idx, start, survivors, samp, prog, n_extract = table.scan_from(
+                mv, start, idx, base, self._sample_every, n_extract, SCAN_BATCH)
+            samples += samp
+            progress += prog
+            for i, a, b, *_ in survivors:
+                spans[i] = (a, b)
+            for i, a, b, kind, rank, ha, hb in survivors:
+                if kind > 0:  # a new rank/host of a kept shape, read by the C loop
+                    self._kept_variant(kind - 1, base + i, None if rank < 0 else rank,
+                                       None if ha < 0 else self._host_text(mv[a + ha:a + hb]), mv[a:b])
+                    continue
+                raw = bytes(mv[a:b])
+                if kind == 0:  # the shape was unknown when scanned; it may be known now
+                    if table.has(raw):
+                        idx_rule = self._c_rule_of(raw)
+                        self._c_dropped[idx_rule] += 1
+                        spec = rules[idx_rule].spec
+                        if spec.progress:
+                            progress.append((i, a, b))
+                        if spec.extract:
+                            late.append((i, raw, idx_rule))
+                        continue
+                    kind = table.probe_keep(raw, base + i) if self._fast else -1
+                    if kind == 0:
+                        self._note_last_counted(self._fast[raw.translate(None, DIGITS)], base + i, raw)
+                        continue
+                if kind > 0:
+                    self._kept_variant(kind - 1, base + i, *field_values(raw, self._slot_fields[kind - 1]), raw)
+                    continue
+                self._survivor(view, None, i, base, raw=raw)
+            if start >= length:
+                break
+        n = idx
+        self.lines_in += n
+        view._count = n
+        for slot, line_no, a, b in table.take_touched():
+            self._note_last_counted(slot, line_no, mv[a:b])
+        points = [(i, (a, b), None) for i, a, b in samples] + late
         if len(points) > 2 * METRIC_SAMPLES_PER_CHUNK:  # the C stride is a guess from the last chunk
             points.sort(key=lambda p: p[0])
             points = points[:: len(points) // METRIC_SAMPLES_PER_CHUNK] + points[-1:]
-        for i, raw, idx in points:
-            rule = rules[self._c_rule_of(raw) if idx is None else idx]
+        for i, raw, idx_rule in points:
+            if idx_rule is None:
+                raw = bytes(mv[raw[0]:raw[1]])
+            rule = rules[self._c_rule_of(raw) if idx_rule is None else idx_rule]
             self._extract_point(rule, decode_line(raw), base + i)
-        for i, a, b in progress:
+        for i, a, b in sorted(progress)[-RECENT_PROGRESS:]:
             self._note_progress(base + i, bytes(mv[a:b]))
         self._sample_every = max(1, -(-(n_extract + len(late)) // METRIC_SAMPLES_PER_CHUNK))
         self._tail = [view[j] for j in range(max(0, n - CONTEXT_BEFORE), n)]
@@ -332,6 +385,11 @@ class Compressor:
             if shape in self._drop:  # judged earlier in this same chunk
                 self._dropped_shapes[shape] += 1
                 return
+            slot = self._fast.get(shape)
+            if slot is not None:
+                if not self._count_kept(slot, raw, base + i):
+                    self._kept_variant(slot, base + i, *field_values(raw, self._slot_fields[slot]), raw)
+                return
         line_no = base + i
         if len(raw) > self.line_cap + CUT_SLACK:  # (ingest already cut lines spanning chunks)
             raw = raw[: self.line_cap] + CUT_MARK % self.line_cap
@@ -352,10 +410,13 @@ class Compressor:
                 return
             if len(self._keep) < MAX_SHAPE_CACHE:
                 self._keep.add(shape)
-        if self._keep_line(text, line_no, lines, i, base):
+        kept = self._keep_line(text, line_no, lines, i, base)
+        if kept[0] is not None:
             self.lines_kept += 1
         else:
             self.overflow_lines += 1
+        if shape not in self._fast and shape not in self._never_fast:
+            self._learn_kept(shape, raw, text, kept)
 
     def _cr_line(self, segments: list[str], line_no: int, lines, i: int, base: int) -> None:
         """A `\\r`-rewritten line (progress bar): its segments are judged one by one, but it is
@@ -363,18 +424,89 @@ class Compressor:
         rule of its last segment), so lines_in == lines_kept + lines_dropped + overflow."""
         kept = False
         last_rule = None
+        last_progress = None  # one progress marker per line: the bar's last state
         for seg in segments:
             idx = self._drop_segment(seg, line_no)
             if idx is None:
-                kept = self._keep_line(seg, line_no, lines, i, base) or kept
+                kept = self._keep_line(seg, line_no, lines, i, base)[0] is not None or kept
             else:
                 last_rule = idx
+                if self.ruleset.filters[idx].spec.progress:
+                    last_progress = seg
+        if last_progress is not None:
+            self._note_progress(line_no, last_progress.encode())
         if kept:
             self.lines_kept += 1
         elif last_rule is not None:
             self._str_dropped[last_rule] += 1
         else:
             self.overflow_lines += 1
+
+    def _count_kept(self, slot: int, raw: bytes, line_no: int) -> bool:
+        """Pure-Python twin of the C loop's kept slots: True when the line was only counted."""
+        key = (slot, variant_key(raw, self._slot_fields[slot]))
+        if key not in self._variants and len(self._variants) < MAX_VARIANTS:
+            self._variants.add(key)
+            return False
+        counts = self._slot_counts[slot]
+        counts[0] += 1
+        counts[1] = line_no
+        self._slot_last_raw[slot] = (line_no, raw[: self.line_cap])
+        return True
+
+    def _note_last_counted(self, slot: int, line_no: int, raw) -> None:
+        """Remember the text of a slot's last counted line (a template shows its last line)."""
+        last = self._slot_last_raw.get(slot)
+        if last is None or line_no > last[0]:
+            self._slot_last_raw[slot] = (line_no, bytes(raw[: self.line_cap]))
+
+    def _host_text(self, raw) -> str:
+        key = bytes(raw)
+        text = self._hosts_seen.get(key)
+        if text is None:
+            text = self._hosts_seen[key] = key.decode("utf-8", "replace")
+        return text
+
+    def _kept_variant(self, slot: int, line_no: int, rank: int | None, host: str | None, raw) -> None:
+        """A line of a kept slot with a rank/host not seen for it: count it and record them."""
+        if rank is not None:
+            self._known_ranks.add(rank)
+        if host is not None:
+            self._known_hosts.add(host)
+        tpl = self._slot_tpl[slot]
+        if tpl is None:
+            self.overflow_lines += 1
+            return
+        self.lines_kept += 1
+        tpl.count += 1
+        self._note_last_counted(slot, line_no, raw)
+        if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
+            tpl.ranks.add(rank)
+        if host is not None and len(tpl.hosts) < MAX_SET_MEMBERS:
+            tpl.hosts.add(host)
+
+    def _learn_kept(self, shape: bytes, raw: bytes, text: str, kept) -> None:
+        """Count later lines of this shape per shape when its lines change only counts."""
+        tpl, countable, rank_m, host_m = kept
+        if countable is None:  # an error/chain line: this shape always takes the full path
+            self._never_fast.add(shape)
+            return
+        if not countable or len(self._fast) >= MAX_SHAPE_CACHE or len(raw) > self.line_cap:
+            return
+        fields = field_ranges(raw, text, rank_m, host_m)
+        if fields is None or self._digit_sensitive(text):
+            self._never_fast.add(shape)
+            return
+        slot = len(self._slot_tpl)
+        if self._table is not None:
+            self._table.add_keep(raw, *fields)
+        else:
+            self._variants.add((slot, variant_key(raw, fields)))
+        self._fast[shape] = slot
+        self._slot_tpl.append(tpl)
+        self._slot_fields.append(fields)
+        self._slot_applied.append(0)
+        self._slot_counts.append([0, 0])
 
     def _judge(self, text: str) -> int | None:
         """Index of the filter rule that drops this line, or None (never drop an error)."""
@@ -396,7 +528,7 @@ class Compressor:
             self._note_progress(line_no, raw)
 
     def _drop_segment(self, seg: str, line_no: int) -> int | None:
-        """The filter rule that drops this `\\r` segment, or None to keep it."""
+        """The filter rule index that drops this \r segment, or None (it is kept)."""
         shape = seg.translate(SHAPE_DELETE_STR)
         idx = self._str_drop.get(shape)
         if idx is None:
@@ -408,16 +540,19 @@ class Compressor:
             rule = self.ruleset.filters[idx]
             if rule.spec.extract:
                 self._extract_point(rule, seg, line_no)
-        rule = self.ruleset.filters[idx]
-        if rule.spec.progress:
-            self._note_progress(line_no, seg.encode())
         return idx
 
-    def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int) -> bool:
-        """Fold the line into its template; False when it was not kept (template cap)."""
-        self.rank_hosts.note_kept_line(text)
-        rank = extract_rank(text)
-        host = extract_host(text)
+    def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int):
+        """Fold the line into its template. Returns (template, countable, rank match, host match):
+        countable is None for an error or chain-marker line, else whether later lines of the shape
+        may be counted without this path (no flagged-line list to fill, not binary)."""
+        rank_m = rank_match(text)
+        host_m = host_match(text)
+        rank = int(rank_m.group(1)) if rank_m else None
+        host = host_m.group(1) if host_m else None
+        # torchrun's failure summary (`host : …` / `rank : …` lines) maps ranks to hosts: its
+        # shapes always come back here, never counted in the C loop
+        countable: bool | None = not self.rank_hosts.note_kept_line(text)
         if rank is not None:
             self._known_ranks.add(rank)
         if host is not None:
@@ -427,21 +562,26 @@ class Compressor:
         # mostly control bytes: rules may still match, the error heuristic must not ("nan" in junk)
         binary = bool(_BINARY_RE.search(text)) and len(_BINARY_RE.findall(text)) * 4 > len(text)
         if hits:
+            countable = None
             self._record(hits, text, line_no, rank, host)
         elif _CHAIN_RE.search(text):
+            countable = None
             self._chain_pending.add(rank)
         elif not binary and _ERROR_HINT.search(text):
             flagged = True
             if len(self._flagged) < MAX_FLAGGED:
                 self._flagged.append((line_no, text))
+                countable = False
         if binary:
             key = text = BINARY_TEXT
+            if countable:
+                countable = False
         else:
             key = fold_key(text)
         tpl = self._templates.get(key)
         if tpl is None:
             if len(self._templates) >= MAX_TEMPLATES and not flagged:
-                return False
+                return None, countable, rank_m, host_m
             tpl = Template(text=text, first_line=line_no, last_line=line_no)
             self._templates[key] = tpl
         else:
@@ -455,7 +595,7 @@ class Compressor:
             tpl.hosts.add(host)
         if flagged and tpl.count == 1:
             self._add_context(lines, i, base)
-        return True
+        return tpl, countable, rank_m, host_m
 
     def _record(self, hits: list[Hit[DiagnosisRule]], text: str, line_no: int,
                 rank: int | None, host: str | None) -> None:
@@ -534,8 +674,28 @@ class Compressor:
             self._extract_point(rules[extract[shapes[i]]], decode_line(lines[i - first]), base + i)
 
     # ---- result ---------------------------------------------------------------------------
+    def _fold_kept_counts(self) -> None:
+        counts = self._table.keep_counts() if self._table is not None else self._slot_counts
+        for slot, (count, last) in enumerate(counts):
+            delta = count - self._slot_applied[slot]
+            if not delta:
+                continue
+            self._slot_applied[slot] = count
+            tpl = self._slot_tpl[slot]
+            if tpl is None:
+                self.overflow_lines += delta
+                continue
+            self.lines_kept += delta
+            tpl.count += delta
+        for slot, (last, raw) in self._slot_last_raw.items():
+            tpl = self._slot_tpl[slot]
+            if tpl is not None and last > tpl.last_line:
+                tpl.last_line = last
+                tpl.last_text = decode_line(raw)
+
     def partial(self) -> Partial:
         """Everything this compressor found, as plain picklable data (line numbers local)."""
+        self._fold_kept_counts()
         dropped_by_rule: Counter = Counter()
         for shape, count in self._dropped_shapes.items():
             dropped_by_rule[self.ruleset.filters[self._drop[shape]].id] += count

@@ -38,20 +38,32 @@ DIGITS = b"0123456789"
 SHAPE_DELETE_STR = str.maketrans("", "", "0123456789")
 
 
-def extract_rank(text: str) -> int | None:
+def rank_match(text: str) -> regex.Match | None:
+    """The match whose group 1 is the line's rank (its span locates the field in the line)."""
     for rx in _RANK_RES:
         m = rx.search(text)
         if m:
-            return int(m.group(1))
+            return m
     return None
 
 
-def extract_host(text: str) -> str | None:
+def host_match(text: str) -> regex.Match | None:
+    """The match whose group 1 is the line's host name."""
     for rx in _HOST_RES:
         m = rx.search(text)
         if m and m.group(1) not in _NOT_HOSTS and not m.group(1).endswith(("Error", "Exception")):
-            return m.group(1)
+            return m
     return None
+
+
+def extract_rank(text: str) -> int | None:
+    m = rank_match(text)
+    return int(m.group(1)) if m else None
+
+
+def extract_host(text: str) -> str | None:
+    m = host_match(text)
+    return m.group(1) if m else None
 
 
 def extract_time(text: str) -> str | None:

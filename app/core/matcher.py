@@ -24,6 +24,12 @@ class _HasRegex(Protocol):
 
 
 R = TypeVar("R", bound=_HasRegex)
+_UNKNOWN = object()
+
+
+def re2_form(pattern: str, flags: int) -> str | None:
+    """The pattern as RE2 should see it, or None when RE2 cannot run it identically."""
+    return _re2_compatible(pattern, flags)
 
 
 def _re2_compatible(pattern: str, flags: int) -> str | None:
@@ -51,7 +57,10 @@ class MultiMatcher(Generic[R]):
         self._set_index: list[int] = []
         self._fallback: list[int] = []
         for i, rule in enumerate(self.rules):
-            text = _re2_compatible(rule.regex.pattern, rule.regex.flags)
+            # rules from load_rules carry their RE2 form (checked once, when the cache was built)
+            text = getattr(rule.regex, "re2_text", _UNKNOWN)
+            if text is _UNKNOWN:
+                text = _re2_compatible(rule.regex.pattern, rule.regex.flags)
             if text is None:
                 self._fallback.append(i)
             else:

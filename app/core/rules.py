@@ -9,18 +9,26 @@ Three kinds of rule live in `rules/`:
 
 Everything is validated and compiled at load time; a bad rule raises `RuleError` naming the file,
 the rule id and the pattern as written. Nothing falls back silently.
+
+Start-up cost matters (a Slurm epilog runs `logdx` once per job): a validated rule set is cached
+(pickled, keyed by the SHA-256 of the rule files and of this schema's code) under
+`$LOGDX_RULES_CACHE_DIR` (default `$XDG_CACHE_HOME/logdx/rules`, else `~/.cache/logdx/rules`;
+`off` disables it). A cold cache runs the full validation; a warm one skips YAML parsing and
+pydantic validation, and patterns are compiled with `regex` on first use (they compiled when the
+cache was written).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import pickle
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
 import regex
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.core.types import ActionKind, Category, ErrorType, Role, default_category
@@ -30,7 +38,7 @@ GROUP_NAMES = {"rank", "host", "gpu", "xid", "exc", "pid", "node", "local_rank",
                "step", "loss", "grad_norm", "loss_scale", "lr", "throughput", "time", "detail"}
 DEFAULT_PRIORITY = {Role.CAUSE: 50, Role.WRAPPER: 20, Role.SYMPTOM: 10}
 MATCH_TIMEOUT_S = 0.05
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built: 10x faster
+CACHE_FORMAT = 1
 
 
 class RuleError(ValueError):
@@ -46,13 +54,13 @@ class FilterKind(StrEnum):
 
 
 class Examples(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first validation: a warm rules cache needs none
     match: list[str] = Field(min_length=1)
     no_match: list[str] = Field(default_factory=list)
 
 
 class _RuleBase(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first validation: a warm rules cache needs none
     id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
     pattern: str
     ignore_case: bool = False
@@ -79,7 +87,7 @@ class FilterRuleSpec(_RuleBase):
 
 
 class PolicySpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first validation: a warm rules cache needs none
     id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
     error_type: ErrorType | None = None
     category: Category | None = None
@@ -99,11 +107,55 @@ class PolicySpec(BaseModel):
 
 
 class RuleFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first validation: a warm rules cache needs none
     kind: Literal["diagnosis", "filter", "policy"]
     family: str
     description: str | None = None
     rules: list[DiagnosisRuleSpec] | list[FilterRuleSpec] | list[PolicySpec] = Field(default_factory=list)
+
+
+class LazyPattern:
+    """A validated pattern compiled with `regex` on first use: `pattern`, `flags` and the RE2
+    form need no compilation (the multi-pattern matcher runs most lines through RE2)."""
+
+    __slots__ = ("pattern", "flags", "re2_text", "_compiled")
+
+    def __init__(self, pattern: str, flags: int, re2_text: str | None, compiled: regex.Pattern | None = None) -> None:
+        self.pattern = pattern
+        self.flags = flags
+        self.re2_text = re2_text  # the pattern as RE2 runs it, None when RE2 cannot
+        self._compiled = compiled
+
+    @property
+    def compiled(self) -> regex.Pattern:
+        if self._compiled is None:
+            self._compiled = regex.compile(self.pattern, self.flags)
+        return self._compiled
+
+    def __getstate__(self):
+        return (self.pattern, self.flags, self.re2_text)
+
+    def __setstate__(self, state) -> None:
+        self.pattern, self.flags, self.re2_text = state
+        self._compiled = None
+
+    def search(self, *args, **kwargs):
+        return self.compiled.search(*args, **kwargs)
+
+    def sub(self, *args, **kwargs):
+        return self.compiled.sub(*args, **kwargs)
+
+    @property
+    def groupindex(self):
+        return self.compiled.groupindex
+
+    def __getattr__(self, name: str):  # the rest of regex.Pattern (match, finditer, ...)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
+
+    def __repr__(self) -> str:
+        return f"LazyPattern({self.pattern!r})"
 
 
 @dataclass(frozen=True)
@@ -112,7 +164,7 @@ class CompiledRule:
 
     spec: _RuleBase
     source: str
-    regex: regex.Pattern
+    regex: LazyPattern
 
     @property
     def id(self) -> str:
@@ -148,6 +200,22 @@ class RuleSet:
     def diagnosis_by_id(self) -> dict[str, DiagnosisRule]:
         return {r.id: r for r in self.diagnosis}
 
+    def matchers(self):
+        """(filters, diagnosis) multi-pattern matchers, built once per rule set."""
+        from app.core.matcher import MultiMatcher
+
+        return self.derived("matchers", lambda: (MultiMatcher(self.filters), MultiMatcher(self.diagnosis)))
+
+    def derived(self, name: str, build):
+        """A value computed from the rules once per rule set (not pickled, not compared)."""
+        cache = self.__dict__.setdefault("_derived", {})
+        if name not in cache:
+            cache[name] = build()
+        return cache[name]
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_derived"}
+
 
 def compile_pattern(pattern: str, *, ignore_case: bool = False, where: str = "") -> regex.Pattern:
     flags = regex.IGNORECASE if ignore_case else 0
@@ -166,11 +234,15 @@ def _check_groups(compiled: regex.Pattern, where: str, pattern: str) -> None:
 
 # Files of these kinds live in rules/ too but belong to the restart controller, which loads them.
 OTHER_KINDS = frozenset({"recovery", "probes"})
+_OTHER_KIND_RE = regex.compile(rb"^kind:\s*[\"']?(?:recovery|probes)\b", regex.MULTILINE)
 
 
 def _load_file(path: Path) -> RuleFile | None:
+    import yaml  # only a cold rules cache parses YAML
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built: 10x faster
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
     except yaml.YAMLError as exc:
         raise RuleError(f"{path.name}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
@@ -200,20 +272,91 @@ def _load_file(path: Path) -> RuleFile | None:
         raise RuleError(f"{path.name}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
 
 
+def _cache_dir() -> Path | None:
+    configured = os.environ.get("LOGDX_RULES_CACHE_DIR")
+    if configured:
+        return None if configured.lower() == "off" else Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "logdx" / "rules"
+
+
+def _schema_digest() -> bytes:
+    """What the cached form depends on besides the rule files: the code that validates them."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256(f"{CACHE_FORMAT}:{pickle.HIGHEST_PROTOCOL}".encode())
+    for name in ("rules.py", "types.py", "policy.py", "matcher.py"):
+        digest.update((here / name).read_bytes())
+    return digest.digest()
+
+
+def _read_cache(path: Path) -> RuleSet | None:
+    try:
+        with open(path, "rb") as fh:
+            cached = pickle.load(fh)
+    except FileNotFoundError:
+        return None
+    except Exception:  # a torn or foreign file: rebuilt from the rule files below
+        return None
+    return cached if isinstance(cached, RuleSet) else None
+
+
+def _write_cache(path: Path, ruleset: RuleSet) -> None:
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rules-")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(ruleset, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    except OSError:  # a read-only home: every start validates from YAML, as without a cache
+        try:
+            os.unlink(tmp)
+        except (OSError, UnboundLocalError):
+            pass
+
+
 def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] | None = None) -> RuleSet:
-    """Load, validate and compile every `*.yaml` under `rules_dir` (recursively)."""
+    """Load, validate and compile every `*.yaml` under `rules_dir` (recursively); from the
+    rules cache when the files and the schema code are unchanged."""
     root = Path(rules_dir) if rules_dir else DEFAULT_RULES_DIR
     if not root.is_dir():
         raise RuleError(f"rules directory not found: {root}")
-    paths = sorted(root.rglob("*.yaml")) + list(extra_files or [])
+    paths, contents = [], []
+    for path in sorted(root.rglob("*.yaml")) + list(extra_files or []):
+        data = path.read_bytes()
+        if _OTHER_KIND_RE.search(data):  # the controller's files: not in the rule set or its version
+            continue
+        paths.append(path)
+        contents.append(data)
     digest = hashlib.sha256()
+    for path, data in zip(paths, contents):
+        digest.update(path.name.encode() + b"\0" + data)
+    version = digest.hexdigest()[:12]
+    cache_dir = _cache_dir()
+    cache_path = None
+    if cache_dir is not None:
+        key = hashlib.sha256(_schema_digest() + digest.digest() + str(root.resolve()).encode()).hexdigest()[:32]
+        cache_path = cache_dir / f"{key}.pickle"
+        cached = _read_cache(cache_path)
+        if cached is not None and cached.version == version:
+            return cached
+    ruleset = _load_uncached(root, paths)
+    ruleset.version = version
+    if cache_path is not None:
+        _write_cache(cache_path, ruleset)
+    return ruleset
+
+
+def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
+    from app.core.matcher import re2_form
+
     ruleset = RuleSet()
     seen: dict[str, str] = {}
     for path in paths:
         rf = _load_file(path)
         if rf is None:
             continue
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
         rel = str(path.relative_to(root)) if path.is_relative_to(root) else path.name
         ruleset.files.append(rel)
         for spec in rf.rules:
@@ -226,13 +369,13 @@ def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] |
                 continue
             compiled = compile_pattern(spec.pattern, ignore_case=spec.ignore_case, where=where)
             _check_groups(compiled, where, spec.pattern)
+            lazy = LazyPattern(compiled.pattern, compiled.flags, re2_form(compiled.pattern, compiled.flags), compiled)
             if isinstance(spec, DiagnosisRuleSpec):
                 if spec.type_from_group and spec.type_from_group not in compiled.groupindex:
                     raise RuleError(f"{where}: type_from_group {spec.type_from_group!r} is not a group of {spec.pattern!r}")
-                ruleset.diagnosis.append(DiagnosisRule(spec, rel, compiled))
+                ruleset.diagnosis.append(DiagnosisRule(spec, rel, lazy))
             else:
-                ruleset.filters.append(FilterRule(spec, rel, compiled))
-    ruleset.version = digest.hexdigest()[:12]
+                ruleset.filters.append(FilterRule(spec, rel, lazy))
     return ruleset
 
 

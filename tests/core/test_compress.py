@@ -10,6 +10,8 @@ import pytest
 from app.core import compress as compress_mod
 from app.core.compress import ShapeTable
 from app.core.compress import compress_source as _compress_source
+from app.core.fields import host_match, rank_match
+from app.core.keptshapes import field_ranges, relax_digits, variant_key
 from app.core.rules import load_rules
 
 RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
@@ -187,6 +189,65 @@ def test_the_c_scan_loop_is_built():
     if os.environ.get("LOGDX_ALLOW_PURE_PYTHON") == "1":
         pytest.skip("pure-Python scan loop allowed here")
     assert ShapeTable is not None, "app/core/_shapescan.c did not build; `pip install -e .` prints why"
+
+
+def kept_log(reps: int = 50) -> str:
+    """Plain surviving lines from 64 ranks on 8 hosts: counted per shape, not per line."""
+    lines = []
+    for step in range(reps):
+        for r in range(64):
+            lines.append(f"node-{r // 8:02d}: [rank{r}]: dataloader worker {step % 7} prefetched {step * 13} batches")
+    lines.append("node-03: [rank27]: worker: Cannot allocate memory (errno 11)")
+    lines += ["node-03: [rank27]: worker: Cannot allocate memory (errno 11)"] * 10
+    lines.append("node-03: [rank27]: worker: Cannot allocate memory (errno 12)")
+    return "\n".join(lines) + "\n"
+
+
+def test_kept_lines_of_a_known_shape_keep_every_rank_host_and_count(ruleset, compress_source):
+    log = compress_source(io.BytesIO(kept_log().encode()), ruleset, chunk_size=64 * 1024)
+    tpl = next(t for t in log.templates if "prefetched" in t.text)
+    assert tpl.count == 50 * 64
+    assert tpl.ranks == set(range(64))
+    assert tpl.hosts == {f"node-{h:02d}" for h in range(8)}
+    assert tpl.last_line == 50 * 64
+    assert tpl.last_line_text == "node-07: [rank63]: dataloader worker 0 prefetched 637 batches"
+    assert log.stats.lines_kept + log.stats.lines_dropped == log.stats.lines_in
+
+
+def test_a_digit_that_makes_a_known_plain_shape_an_error_is_still_diagnosed(ruleset, compress_source):
+    """`(errno 11)` is plain, `(errno 12)` is cpp-bad-alloc: same shape, so the shape must not be
+    counted blindly."""
+    log = compress_source(io.BytesIO(kept_log(2).encode()), ruleset)
+    assert [o.rule.id for o in log.occurrences] == ["cpp-bad-alloc"]
+    assert log.occurrences[0].line == 2 * 64 + 12
+
+
+@pytest.mark.skipif(ShapeTable is None, reason="C scan loop not built")
+def test_c_loop_counts_kept_shapes_and_resumes_after_a_batch():
+    table = ShapeTable(1)
+    line = b"node-01: [rank3]: plain 7"
+    fields = field_ranges(line, line.decode(), rank_match(line.decode()), host_match(line.decode()))
+    assert fields == (12, 12, 1, 5)  # rank digits after 12 non-digits; host digits after 1..5
+    slot = table.add_keep(line, *fields)
+    assert slot == 0 and not table.has(line)
+    chunk = b"\n".join([b"node-01: [rank3]: plain 9", b"node-02: [rank3]: plain 1", b"new a", b"new b",
+                        b"node-01: [rank4]: plain 5", b"node-01: [rank3]: plain 2"]) + b"\n"
+    idx, end, survivors, _, _, _ = table.scan_from(chunk, 0, 0, 1, 1, 0, 2)
+    assert [(s[0], s[3]) for s in survivors] == [(1, 1), (2, 0)]  # a new host, an unknown shape
+    idx, end, survivors, _, _, _ = table.scan_from(chunk, end, idx, 1, 1, 0, 0)
+    assert idx == 6 and end == len(chunk)
+    assert [(s[0], s[3]) for s in survivors] == [(3, 0), (4, 1)]
+    assert table.keep_counts() == [(2, 6)]
+    assert table.probe_keep(b"node-01: [rank4]: plain 0", 9) == 0
+    assert table.probe_keep(b"something else", 9) == -1
+
+
+def test_variant_key_and_relaxed_digits():
+    fields = (12, 12, 1, 5)
+    assert variant_key(b"node-01: [rank3]: plain 7", fields) == variant_key(b"node-01: [rank3]: plain 9", fields)
+    assert variant_key(b"node-01: [rank3]: plain 7", fields) != variant_key(b"node-01: [rank31]: plain 7", fields)
+    assert variant_key(b"node-01: [rank3]: plain 7", fields) != variant_key(b"node-11: [rank3]: plain 7", fields)
+    assert relax_digits(r"Xid (?P<xid>48|64)\b[0-9a-f]{4}\x1b\d{1,3}") == r"Xid (?P<xid>\d\d|\d\d)\b[0-9a-f]{4}\x1b\d{1,3}"
 
 
 def test_binary_junk_is_skipped_early_and_said_so(rules_min, compress_source):

@@ -114,3 +114,20 @@ def test_file_buffers_of_an_empty_file(tmp_path):
     path = tmp_path / "empty.log"
     path.write_bytes(b"")
     assert read_buffers(path)[0] == b""
+
+
+@pytest.mark.parametrize("encode", [gzip.compress, lambda b: zstandard.ZstdCompressor().compress(b)])
+def test_compressed_input_is_decoded_ahead_in_a_thread_and_stopped_when_abandoned(encode):
+    import threading
+
+    data = b"".join(b"line %d of a log that is long enough to span chunks\n" % i for i in range(200_000))
+    report = IngestReport()
+    chunks = iter_chunks(io.BytesIO(encode(data)), report, chunk_size=64 * 1024)
+    first = next(chunks)
+    assert any(t.name == "logdx-decompress" for t in threading.enumerate())
+    chunks.close()  # the consumer stops early (deadline, ratio limit, error): the thread ends
+    assert not any(t.name == "logdx-decompress" for t in threading.enumerate())
+    assert data.startswith(first)
+    report = IngestReport()
+    assert b"".join(iter_chunks(io.BytesIO(encode(data)), report, chunk_size=64 * 1024)) == data
+    assert report.bytes_read == len(data) and not report.warnings

@@ -1,0 +1,177 @@
+"""Kept shapes counted without per-line Python work.
+
+A surviving line of a shape already seen (same text once its digits are deleted) that is *plain*
+(no diagnosis rule, no traceback-chain marker, no binary junk) changes nothing but its
+template's count, last line, rank set and host set. Such a shape becomes a *kept slot*: its
+lines are counted (in the C scan loop, or here for the pure-Python loop), and only a line whose
+rank or host field carries values not seen before for that slot (a new *variant*) is handed to
+the full per-line path, so rank and host sets stay complete.
+
+Fields are located once per shape, from its first line, as ranges of *shape positions*: the
+number of non-digit bytes before a digit run. Every line of the shape has the same non-digit
+bytes, so its rank digits sit at the same shape position.
+
+A shape is never counted this way when a diagnosis rule could match one of its lines with other
+digits (a rule with digit literals such as `Xid ...: 79`, relaxed to any digits, matches it):
+those lines keep going through the rules one by one.
+"""
+
+from __future__ import annotations
+
+import re
+
+import regex
+
+from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule
+
+MAX_VARIANTS = 1 << 18  # the same cap as MAX_VARIANTS in _shapescan.c: past it, lines are counted
+NO_FIELD = (0, -1)  # an empty shape-position range
+_DIGIT_RUN = re.compile(rb"[0-9]+")
+
+Fields = tuple[int, int, int, int]  # (rank lo, rank hi, host lo, host hi), inclusive ranges
+
+
+def relax_digits(pattern: str) -> str:
+    """The pattern with each literal digit (outside classes, escapes and `{m,n}`) made `\\d`."""
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            width = {"x": 4, "u": 6, "U": 10}.get(pattern[i + 1:i + 2], 2)
+            if pattern[i + 1:i + 2].isdigit():  # a backreference or octal escape
+                while i + width < n and pattern[i + width].isdigit():
+                    width += 1
+            out.append(pattern[i:i + width])
+            i += width
+            continue
+        if in_class:
+            in_class = c != "]" or (out and out[-1] in ("[", "[^"))
+            out.append(c)
+        elif c == "[":
+            in_class = True
+            if pattern.startswith("[^", i):
+                out.append("[^")
+                i += 2
+                continue
+            out.append(c)
+        elif c == "{":
+            close = pattern.find("}", i)
+            if close > 0 and re.fullmatch(r"\{\d*,?\d*\}", pattern[i:close + 1]):
+                out.append(pattern[i:close + 1])
+                i = close + 1
+                continue
+            out.append(c)
+        elif c.isdigit():
+            out.append(r"\d")
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+class DigitSensitivity:
+    """Does a diagnosis rule match a line of this shape for some other digits? (built on first
+    use: only logs with surviving lines pay for it)."""
+
+    def __init__(self, rules: list[DiagnosisRule]) -> None:
+        self._rules = rules
+        self._set = None
+        self._slow: list[regex.Pattern] = []  # relaxed patterns RE2 cannot run
+
+    def _build(self):
+        import re2
+
+        rset = re2.Set.SearchSet(re2.Options())
+        for rule in self._rules:
+            loose = relax_digits(rule.regex.pattern)
+            if loose == rule.regex.pattern:
+                continue
+            text = f"(?i:{loose})" if rule.regex.flags & regex.IGNORECASE else loose
+            try:
+                rset.Add(text)
+            except Exception:  # not RE2 syntax (lookaround...): searched with `regex`
+                try:
+                    self._slow.append(regex.compile(loose, rule.regex.flags))
+                except regex.error:  # a relaxation that does not compile: the rule as written
+                    self._slow.append(rule.regex)
+        rset.Compile()
+        return rset
+
+    def __call__(self, text: str) -> bool:
+        if self._set is None:
+            self._set = self._build()
+        if self._set.Match(text):
+            return True
+        return any(rx.search(text, timeout=MATCH_TIMEOUT_S) for rx in self._slow)
+
+
+def _shape_pos(raw: bytes, offset: int) -> int:
+    return len(raw[:offset].translate(None, b"0123456789"))
+
+
+def field_ranges(raw: bytes, text: str, rank_m: regex.Match | None, host_m: regex.Match | None) -> Fields | None:
+    """Shape-position ranges of the rank and host fields of this line, or None when character
+    offsets of `text` cannot be mapped to bytes of `raw` (not valid UTF-8)."""
+    if raw.isascii():
+        def offset(k: int) -> int:
+            return k
+    else:
+        if text.encode("utf-8", "surrogatepass") != raw:
+            return None
+
+        def offset(k: int) -> int:
+            return len(text[:k].encode("utf-8"))
+    rank = NO_FIELD
+    if rank_m is not None:
+        pos = _shape_pos(raw, offset(rank_m.start(1)))
+        rank = (pos, pos)
+    host = NO_FIELD
+    if host_m is not None:
+        # the host starts with a letter: digits right before it are not part of it
+        host = (_shape_pos(raw, offset(host_m.start(1))) + 1, _shape_pos(raw, offset(host_m.end(1))))
+    return (*rank, *host)
+
+
+def variant_key(raw: bytes, fields: Fields) -> tuple:
+    """The digit runs of the field ranges, with their shape positions (the C loop hashes the same)."""
+    lo1, hi1, lo2, hi2 = fields
+    top = max(hi1, hi2)
+    if top < 0:
+        return ()
+    out = []
+    digits = 0
+    for m in _DIGIT_RUN.finditer(raw):
+        pos = m.start() - digits
+        if pos > top:
+            break
+        if lo1 <= pos <= hi1 or lo2 <= pos <= hi2:
+            out.append((pos, m.group()))
+        digits += m.end() - m.start()
+    return tuple(out)
+
+
+def field_values(raw: bytes, fields: Fields) -> tuple[int | None, str | None]:
+    """The rank and host of a line of a kept slot, read at the slot's shape positions."""
+    lo1, hi1, lo2, hi2 = fields
+    rank = None
+    host_start = host_end = None
+    digits = 0  # digit bytes before the current shape position
+    for m in _DIGIT_RUN.finditer(raw):
+        pos = m.start() - digits
+        if lo2 <= hi2:
+            if host_start is None and pos > lo2 - 1:
+                host_start = lo2 - 1 + digits
+            if host_end is None and pos > hi2:
+                host_end = hi2 + digits
+        if lo1 <= pos <= hi1:
+            rank = int(m.group()) if m.end() - m.start() <= 9 else None
+        digits += m.end() - m.start()
+        if pos > max(hi1, hi2):
+            break
+    host = None
+    if lo2 <= hi2:
+        start = lo2 - 1 + digits if host_start is None else host_start
+        end = hi2 + digits if host_end is None else host_end
+        host = raw[start:end].decode("utf-8", "replace")
+    return rank, host
