@@ -20,13 +20,20 @@ TOKEN=$(cd "$DATA" && "$VENV/bin/logdx" token create --role scheduler --name cor
 (cd "$DATA" && exec "$VENV/bin/logdx" serve --port "$PORT" --log-level warning) > "$DATA/serve.log" 2>&1 &
 PID=$!
 for _ in $(seq 1 60); do
-  curl -fsS "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
+  "$VENV/bin/python" -c "import httpx, sys; sys.exit(httpx.get('http://127.0.0.1:$PORT/readyz').status_code != 200)" \
+    >/dev/null 2>&1 && break
   kill -0 "$PID" 2>/dev/null || { cat "$DATA/serve.log"; echo "core install: server died" >&2; exit 1; }
   sleep 1
 done
 printf 'step 1 loss 2.0\nRuntimeError: CUDA error: out of memory\n' > "$DATA/job.log"
-answer=$(curl -fsS -H "Authorization: Bearer $TOKEN" --data-binary @"$DATA/job.log" \
-  -H 'Content-Type: text/plain' "http://127.0.0.1:$PORT/v1/diagnose") || {
-  cat "$DATA/serve.log"; echo "core install: diagnosis failed" >&2; exit 1; }
+answer=$("$VENV/bin/python" - "$PORT" "$TOKEN" "$DATA/job.log" <<'PY'
+import sys, httpx
+port, token, path = sys.argv[1:]
+r = httpx.post(f"http://127.0.0.1:{port}/v1/diagnose", content=open(path, "rb").read(), timeout=120,
+               headers={"Authorization": f"Bearer {token}", "Content-Type": "text/plain"})
+print(r.text)
+sys.exit(r.status_code != 200)
+PY
+) || { cat "$DATA/serve.log"; echo "core install: diagnosis failed: $answer" >&2; exit 1; }
 echo "$answer" | grep -q '"error_type"' || { echo "core install: unexpected answer: $answer" >&2; exit 1; }
 echo "core install: server started and diagnosed a log"

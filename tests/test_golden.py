@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+
 GOLDEN = Path(__file__).resolve().parent / "golden"
 REGEN = os.environ.get("LOGDX_REGEN_GOLDEN") == "1"
 CASES = sorted(p for p in (GOLDEN / "realworld").iterdir() if p.is_dir())

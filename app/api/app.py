@@ -13,31 +13,39 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.actions.router import router as actions_router
-from app.api.body_limit import JsonBodyLimitMiddleware
+from app.api.body_limit import BodyTimeoutMiddleware, JsonBodyLimitMiddleware
 from app.api.deps import Services
+from app.api.docs import ASSETS_PATH, install_docs
 from app.api.errors import install_error_handlers
 from app.api.health import router as health_router
 from app.api.metrics import Metrics, MetricsMiddleware
+from app.controller.router import router as controller_router
+from app.controller.router import start_live_watch
 from app.core.pipeline import Pipeline
 from app.db.engine import Database
 from app.db.migrate import upgrade_to_head
 from app.diagnoses.executor import PipelineExecutor, build_pipeline, build_refiner
 from app.diagnoses.router import router as diagnoses_router
 from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
+from app.failures.router import router as failures_router
 from app.jobs.router import router as jobs_router
 from app.labels.case_store import LabelCaseRecorder
 from app.labels.router import router as labels_router
 from app.llm.retrieval import Embedder, LazyEmbedder
 from app.logs.router import router as logs_router
 from app.logs.storage import BlobStore
+from app.relabel.router import router as relabel_router
+from app.relabel.router import rules_router as rule_impact_router
+from app.relabel.tasks import build_queue as build_relabel_queue
 from app.rules_review.router import router as rules_router
 from app.settings import DiagnosisExecutor, Settings
 from app.stats.router import router as stats_router
+from app.web import install_web
 
 log = logging.getLogger("logdx.api")
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs",
-                          "/docs/oauth2-redirect", "/redoc"})
+                          "/docs/oauth2-redirect", "/redoc", ASSETS_PATH})
 
 
 def build_services(settings: Settings, *, pipeline: Pipeline | None = None,
@@ -62,6 +70,9 @@ def build_services(settings: Settings, *, pipeline: Pipeline | None = None,
     services = Services(settings=settings, db=db, store=store, pipeline=pipeline, executor=executor,
                         worker=worker, queue=queue, metrics=metrics)
     services.cases = LabelCaseRecorder(db, embedder, lambda: services.pipeline.ruleset.policies)
+    # runs interrupted by a restart continue on request (`POST /v1/relabel/{id}/resume`), not by surprise
+    services.relabel = build_relabel_queue(settings=settings, db=db, store=store, run_worker=settings.run_worker,
+                                           resume_on_start=False, current_pipeline=lambda: services.pipeline)
     return services
 
 
@@ -82,20 +93,31 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(prepare_database, services)
         await services.queue.start()
+        services.executor.warm_up()
+        await services.relabel.start()
+        live_watch = start_live_watch(services)
         try:
             yield
         finally:
+            if live_watch is not None:
+                live_watch.cancel()
+            await services.relabel.stop()
             await services.queue.stop()
             services.executor.shutdown()
             services.db.dispose()
 
     app = FastAPI(title="logdx", version=__version__, lifespan=lifespan,
-                  description="Diagnoses why LLM training jobs failed, from their logs.")
+                  description="Diagnoses why LLM training jobs failed, from their logs.",
+                  docs_url=None, redoc_url=None)  # served without a CDN: install_docs below
+    install_docs(app)
     app.state.services = services
     install_error_handlers(app)
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
-                   rules_router, stats_router, actions_router):
+                   rules_router, stats_router, actions_router, relabel_router, rule_impact_router,
+                   failures_router, controller_router):
         app.include_router(router)
+    install_web(app)  # engineers' pages under /ui (after the handlers: it wraps them)
     app.add_middleware(JsonBodyLimitMiddleware)
+    app.add_middleware(BodyTimeoutMiddleware, timeout=settings.request_body_timeout_s)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)
     return app

@@ -133,6 +133,7 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
         report.bytes_read += r.bytes_read
         report.lines_cut += r.lines_cut
         report.warnings.extend(r.warnings)
+        report.cut_short = report.cut_short or r.cut_short
     return build_log(merge_partials([p for p, _ in results]), ruleset, report)
 
 

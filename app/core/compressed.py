@@ -6,6 +6,7 @@ turns it into the compact text humans and LLMs read.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ class CompressedLog:
     flagged_lines: list[tuple[int, str]]  # error-looking lines no rule explained (first ones)
     rendered: str | None = None  # the compact text, rendered once the stats are final
     rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host (NCCL init lines)
+    cut_short: bool = False  # reading stopped at a limit: the end of the log was not seen
 
     @property
     def text(self) -> str:
@@ -206,7 +208,8 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         templates=templates, context=part.context, occurrences=part.occurrences,
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
-        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.hosts)
+        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping(),
+        cut_short=report.cut_short)
     body = render_body(log)
     out = render(log, body)
     stats.bytes_out = len(out.encode("utf-8"))
@@ -268,3 +271,20 @@ def render_body(log: CompressedLog) -> str:
     return "".join(line + "\n" for line in out)
 
 
+
+
+SERIES_POINTS = 400  # what a chart needs; the full series stays in the pipeline
+
+
+def series_points(log: CompressedLog, limit: int = SERIES_POINTS) -> list[dict]:
+    """The metric series as plain data, evenly thinned to `limit` points; NaN/inf points are
+    all kept (they are what a reader looks for) and marked, with their value as text."""
+    points = log.metrics
+    if len(points) > limit:
+        stride = len(points) / limit
+        points = [points[int(i * stride)] for i in range(limit)]
+    out = [{"line": p.line, "step": p.step,
+            "values": {k: v for k, v in p.values.items() if math.isfinite(v)}} for p in points]
+    out += [{"line": p.line, "step": p.step, "values": {}, "nan": sorted(p.values)} for p in log.nan_points[:50]]
+    out.sort(key=lambda p: p["line"])
+    return out

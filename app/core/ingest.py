@@ -69,6 +69,7 @@ class IngestReport:
     bytes_read: int = 0  # decompressed bytes delivered
     lines_cut: int = 0
     warnings: list[str] = field(default_factory=list)
+    cut_short: bool = False  # a limit (deadline, ratio) ended reading before the end of the log
 
 
 def _open_binary(source: str | Path | BinaryIO) -> tuple[BinaryIO, bool]:
@@ -286,6 +287,7 @@ def iter_chunks(source: str | Path | BinaryIO, report: IngestReport,
         while not ratio_stop:
             if limits is not None and limits.expired():
                 report.warnings.append(deadline_warning(report.bytes_read))
+                report.cut_short = True
                 break
             data = ahead.read() if ahead is not None else decoder.read(chunk_size)
             if not data:
@@ -297,7 +299,7 @@ def iter_chunks(source: str | Path | BinaryIO, report: IngestReport,
                     f"{report.encoding} stream expands more than {limits.max_ratio:g}x "
                     f"(LOGDX_MAX_DECOMPRESSION_RATIO): stopped after {report.bytes_read} decompressed "
                     f"bytes from {decoder.consumed} compressed; this is a partial diagnosis")
-                ratio_stop = True
+                ratio_stop = report.cut_short = True
             if skipping:
                 nl = data.find(b"\n")
                 if nl < 0:
@@ -350,6 +352,7 @@ def iter_file_buffers(path: Path, report: IngestReport, start: int = 0, end: int
             while left > 0 or have:
                 if limits is not None and limits.expired():
                     report.warnings.append(deadline_warning(report.bytes_read))
+                    report.cut_short = True
                     break
                 n = fh.readinto(view[have: have + min(chunk_size - have, left)]) if left > 0 else 0
                 left -= n

@@ -10,8 +10,11 @@ Two sources, in this order of trust:
 - the registered job: its hosts (in list order) and GPU count, with ranks placed contiguously,
   `gpu_count / len(hosts)` per host (torchrun/srun's default block placement). An inference,
   and the action's reason says so.
-An isolate action for which neither gives a host is turned into `investigate`: a scheduler
-cannot drain a node nobody named.
+torchrun's failure summary (`host : gpu-07` then `rank : 5 (local_rank: 5)`) adds pairs for the
+ranks it names. An isolate action for which none gives a host stays an isolate (the failure class
+is a hardware fault: restarting on the same nodes fails again) with no suspect host, and its reason
+says that the node probe must find the host: the restart controller probes the job's nodes
+(two-round allgather) and drains only a node that fails it; nothing is drained on a guess.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ import regex
 
 from app.core.types import Action, ActionKind
 
+NO_HOST = "No host can be named"  # starts the note of an isolate whose node the probe must find
 MAX_RANKS = 65_536
 SCAN_BYTES = 32 * 1024 * 1024
 _MARK = b" nranks "
+_SUMMARY_HOST = regex.compile(r"^\s+host\s+:\s*([A-Za-z][\w.-]*)\s*$")
+_SUMMARY_RANK = regex.compile(r"^\s+rank\s+:\s*(\d{1,7})\b")
 _INIT_RE = regex.compile(
     rb"^(?:\[\d+\])?(?:\[default\d+\]:)?(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO .*?"
     rb"\brank (?P<rank>\d{1,7}) nranks (?P<nranks>\d{1,7})\b")
@@ -52,6 +58,8 @@ class RankHosts:
     world: int = 0
     hosts: dict[int, str] = field(default_factory=dict)
     budget: int = field(default_factory=lambda: SCAN_BYTES)  # bytes still to scan (the start of the log)
+    summary: dict[int, str] = field(default_factory=dict)  # from torchrun's failure summary
+    _summary_host: str | None = None
 
     def scan(self, buf: bytes | bytearray, length: int) -> None:
         if self.budget <= 0:
@@ -78,10 +86,31 @@ class RankHosts:
     def merge(self, other: RankHosts) -> None:
         for rank, host in other.hosts.items():
             self.add(rank, host, other.world)
+        for rank, host in other.summary.items():
+            self.summary.setdefault(rank, host)
+
+    def note_kept_line(self, text: str) -> None:
+        """torchrun's failure summary: a `host :` line, then the `rank :` of that process."""
+        if text[:1] not in (" ", "\t"):
+            self._summary_host = None
+            return
+        m = _SUMMARY_HOST.match(text)
+        if m:
+            self._summary_host = m.group(1)
+            return
+        m = _SUMMARY_RANK.match(text)
+        if m and self._summary_host and len(self.summary) < MAX_RANKS:
+            self.summary.setdefault(int(m.group(1)), self._summary_host)
+        self._summary_host = None
+
+    def mapping(self) -> dict[int, str]:
+        """rank -> host: NCCL's world communicator first, torchrun's summary for other ranks."""
+        return {**self.summary, **self.hosts}
 
 
 def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None) -> Action:
-    """An isolate action with its hosts named from the ranks it suspects, or `investigate`."""
+    """An isolate action with its hosts named from the ranks it suspects, or a reason saying
+    that the node probe must find the host."""
     if action.kind is not ActionKind.ISOLATE_AND_RESTART or action.suspect_hosts:
         return action
     ranks = action.suspect_ranks
@@ -89,7 +118,8 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
     if found:
         return action.model_copy(update={
             "suspect_hosts": found[:32],
-            "reason": f"{action.reason} Host(s) of rank(s) {_ranks(ranks)} from the log's NCCL init lines."})
+            "reason": (f"{action.reason} Host(s) of rank(s) {_ranks(ranks)} as the log maps them "
+                       "(NCCL init lines, torchrun's failure summary).")})
     if job is not None:
         found = sorted({h for h in (job.host_of(r) for r in ranks) if h})
         if found:
@@ -101,10 +131,9 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
                 "reason": f"{action.reason} Host(s) of rank(s) {_ranks(ranks)}: {how}."})
     why = (f"rank(s) {_ranks(ranks)} cannot be mapped to a host" if ranks else "the failure names no rank")
     return action.model_copy(update={
-        "kind": ActionKind.INVESTIGATE,
-        "reason": (f"{action.reason} But no host can be named ({why}: the log has no host prefixes or "
-                   "NCCL init lines, and the job was not registered with its hosts and GPU count), so no "
-                   "node is drained automatically; find the node and drain it by hand.")})
+        "reason": (f"{action.reason} {NO_HOST} ({why}: the log has no host prefixes or NCCL init "
+                   "lines, and the job was not registered with its hosts and GPU count): probe the job's "
+                   "nodes (two-round allgather) to find it; drain only a node that fails the probe.")})
 
 
 def _ranks(ranks: list[int]) -> str:

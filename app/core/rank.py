@@ -212,6 +212,12 @@ def _no_events(log: CompressedLog) -> Ranking:
             evidence=[Evidence(line=ln, text=t[:2000]) for ln, t in flagged[:MAX_EVIDENCE]],
             explanation=f"No rule matched; the first error-looking line is line {line}.")
         return Ranking(rc, None, [], only_symptoms=False)
+    if log.cut_short:  # a stall is read from the end of the log, which was not reached
+        rc = RootCause(
+            error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1, evidence=[],
+            explanation=("No error in the part of the log that was read; reading stopped at a limit "
+                         "(see the notes) before the end, so neither the failure nor a stall can be told."))
+        return Ranking(rc, None, [], only_symptoms=False)
     if log.last_progress is not None:
         p = log.last_progress
         rc = RootCause(

@@ -232,7 +232,11 @@ def _check_groups(compiled: regex.Pattern, where: str, pattern: str) -> None:
                         f"allowed: {sorted(GROUP_NAMES)}")
 
 
-def _load_file(path: Path) -> RuleFile:
+# Files of these kinds live in rules/ too but belong to the restart controller, which loads them.
+OTHER_KINDS = frozenset({"recovery", "probes"})
+
+
+def _load_file(path: Path) -> RuleFile | None:
     import yaml  # only a cold rules cache parses YAML
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built: 10x faster
@@ -243,6 +247,8 @@ def _load_file(path: Path) -> RuleFile:
     if not isinstance(raw, dict):
         raise RuleError(f"{path.name}: expected a mapping with kind/family/rules")
     kind = raw.get("kind")
+    if kind in OTHER_KINDS:
+        return None
     model = {"diagnosis": DiagnosisRuleSpec, "filter": FilterRuleSpec, "policy": PolicySpec}.get(kind)
     if model is None:
         raise RuleError(f"{path.name}: kind must be diagnosis, filter or policy, got {kind!r}")
@@ -316,21 +322,18 @@ def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] |
     if not root.is_dir():
         raise RuleError(f"rules directory not found: {root}")
     paths = sorted(root.rglob("*.yaml")) + list(extra_files or [])
-    contents = [path.read_bytes() for path in paths]
-    digest = hashlib.sha256()
-    for path, data in zip(paths, contents):
-        digest.update(path.name.encode() + b"\0" + data)
-    version = digest.hexdigest()[:12]
+    digest = hashlib.sha256()  # of every file: the cache key (the version covers rule files only)
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
     cache_dir = _cache_dir()
     cache_path = None
     if cache_dir is not None:
         key = hashlib.sha256(_schema_digest() + digest.digest() + str(root.resolve()).encode()).hexdigest()[:32]
         cache_path = cache_dir / f"{key}.pickle"
         cached = _read_cache(cache_path)
-        if cached is not None and cached.version == version:
+        if cached is not None:
             return cached
     ruleset = _load_uncached(root, paths)
-    ruleset.version = version
     if cache_path is not None:
         _write_cache(cache_path, ruleset)
     return ruleset
@@ -340,11 +343,15 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
     from app.core.matcher import re2_form
 
     ruleset = RuleSet()
+    version = hashlib.sha256()
     seen: dict[str, str] = {}
     for path in paths:
+        rf = _load_file(path)
+        if rf is None:
+            continue
+        version.update(path.name.encode() + b"\0" + path.read_bytes())
         rel = str(path.relative_to(root)) if path.is_relative_to(root) else path.name
         ruleset.files.append(rel)
-        rf = _load_file(path)
         for spec in rf.rules:
             where = f"{rel}: rule {spec.id}"
             if spec.id in seen:
@@ -362,6 +369,7 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
                 ruleset.diagnosis.append(DiagnosisRule(spec, rel, lazy))
             else:
                 ruleset.filters.append(FilterRule(spec, rel, lazy))
+    ruleset.version = version.hexdigest()[:12]
     return ruleset
 
 

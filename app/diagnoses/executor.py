@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
-import threading
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from app.core.pipeline import Pipeline
 from app.core.placement import JobPlacement
 from app.diagnoses.refine import LLMRefiner
 from app.diagnoses.scheduler import SlotScheduler
+from app.core.compressed import series_points
 from app.llm.retrieval import failure_signature
 from app.logs.storage import BoundedReader
 from app.settings import DiagnosisExecutor, Settings
@@ -38,10 +38,12 @@ def build_refiner(settings: Settings, **kwargs: Any) -> LLMRefiner | None:
 def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMRefiner | None = None, *,
                  diagnosis_id: int | None = None, propose_rules: bool = True,
                  job: JobPlacement | None = None, deadline_s: float | None = None,
-                 max_ratio: float | None = None) -> dict[str, Any]:
+                 max_ratio: float | None = None, workers: int | None = None) -> dict[str, Any]:
     """Diagnose the first `limit` bytes of `path`, then let the LLM review it when the rules are
     unsure. Reading stops at `deadline_s` or past `max_ratio` (a partial diagnosis with a note).
-    Returns plain data (it crosses processes)."""
+    Returns plain data (it crosses processes). `workers`: processes for one big plain log
+    (default: one per core in a pool process, 1 in a thread; batch jobs that already run one log
+    per core pass 1)."""
     limits = Limits.within(deadline_s, max_ratio=max_ratio)
     try:
         raw = open(path, "rb")  # noqa: SIM115
@@ -49,17 +51,20 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
         return {"input_error": "the stored log file is missing"}
     with raw:
         whole = limit is None or limit >= os.fstat(raw.fileno()).st_size
-        # a whole file goes by path: buffered reads, byte ranges on several cores for big plain
-        # logs; but never fork from a thread of the server process (thread executor)
+        # a whole file goes by path (buffered reads); one process per diagnosis: the scheduler
+        # admits one diagnosis per pool worker, and byte-range forks inside a worker would
+        # multiply its CPU and memory behind the scheduler's back (the CLI still uses them)
         source = path if whole else BoundedReader(raw, limit)
-        workers = None if threading.current_thread() is threading.main_thread() else 1
+        if workers is None:  # one process per admitted diagnosis: the slot scheduler sees all the work
+            workers = 1
         try:
             result = pipeline.diagnose(source, workers=workers, job=job, limits=limits)
         except InputError as exc:
             return {"input_error": str(exc)}
     output: dict[str, Any] = {"diagnosis": result.diagnosis.to_json_dict(),
                               "compressed_text": result.compressed.text,
-                              "signature": failure_signature(result)}
+                              "signature": failure_signature(result),
+                              "metrics": series_points(result.compressed)}
     if refiner is not None:
         diagnosis, llm = refiner.review(result, pipeline=pipeline, diagnosis_id=diagnosis_id,
                                         propose_rules=propose_rules)
@@ -105,11 +110,17 @@ def _init_worker(settings: Settings) -> None:
     _WORKER = _WorkerState(build_pipeline(settings), build_refiner(settings))
 
 
+def _ready() -> bool:
+    return _WORKER is not None
+
+
 def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool,
-                   job: JobPlacement | None, deadline_s: float | None, max_ratio: float | None) -> dict[str, Any]:
+                   job: JobPlacement | None = None, deadline_s: float | None = None,
+                   max_ratio: float | None = None, workers: int | None = None) -> dict[str, Any]:
     assert _WORKER is not None, "worker initializer did not run"
     return run_pipeline(_WORKER.pipeline, path, limit, _WORKER.refiner, diagnosis_id=diagnosis_id,
-                        propose_rules=propose_rules, job=job, deadline_s=deadline_s, max_ratio=max_ratio)
+                        propose_rules=propose_rules, job=job, deadline_s=deadline_s, max_ratio=max_ratio,
+                        workers=workers)
 
 
 class PipelineExecutor:
@@ -134,6 +145,14 @@ class PipelineExecutor:
                 self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="logdx-diagnose")
         return self._pool
 
+    def warm_up(self) -> None:
+        """Start every pool process now (spawning one costs seconds), so the first diagnoses
+        after start-up, and a small one arriving while a big one runs, do not wait for it."""
+        pool = self._get_pool()
+        if isinstance(pool, ProcessPoolExecutor):
+            for _ in range(self.settings.diagnosis_workers):
+                pool.submit(_ready)
+
     def replace_pipeline(self, pipeline: Pipeline) -> None:
         """Diagnose with `pipeline` from now on (new rules). Process pools are replaced: their
         workers load the rules at start; running diagnoses finish on the old ones."""
@@ -144,16 +163,18 @@ class PipelineExecutor:
             pool.shutdown(wait=False, cancel_futures=False)
 
     async def run(self, path: Path, limit: int | None, *, diagnosis_id: int | None = None,
-                  propose_rules: bool = True, retries: int = 1, job: JobPlacement | None = None) -> dict[str, Any]:
+                  propose_rules: bool = True, retries: int = 1, job: JobPlacement | None = None,
+                  workers: int | None = None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         pool = self._get_pool()
         deadline_s, ratio = self.settings.diagnosis_deadline_s, self.settings.max_decompression_ratio
         if isinstance(pool, ProcessPoolExecutor):
-            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules, job, deadline_s, ratio)
+            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules, job, deadline_s, ratio,
+                           workers)
         else:
             call = partial(run_pipeline, self.pipeline, str(path), limit, self.refiner,
                            diagnosis_id=diagnosis_id, propose_rules=propose_rules, job=job,
-                           deadline_s=deadline_s, max_ratio=ratio)
+                           deadline_s=deadline_s, max_ratio=ratio, workers=workers)
         try:
             return await loop.run_in_executor(pool, call)
         except BrokenProcessPool:
@@ -169,9 +190,20 @@ class PipelineExecutor:
                 raise
             # the pool was replaced (new rules) between picking it and submitting: use the new one
         return await self.run(path, limit, diagnosis_id=diagnosis_id, propose_rules=propose_rules,
-                              retries=retries - 1, job=job)
+                              retries=retries - 1, job=job, workers=workers)
 
     def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Stop the pool now. Worker processes are terminated, not waited for (an unfinished
+        diagnosis stays `running` and is re-queued at the next start), then joined, so that the
+        pool's queues and locks are released before the server exits: a server stopped by a
+        signal exits without running finalizers, and multiprocessing would report the pool's
+        semaphores as leaked."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if isinstance(pool, ProcessPoolExecutor):
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            pool.shutdown(wait=False, cancel_futures=True)

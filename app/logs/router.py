@@ -36,7 +36,8 @@ async def put_log(job_id: ObjectId, request: Request, services: ServicesDep, _: 
     await services.run_db(service.check_attempt, job_id=job_id, attempt=attempt)
     settings = services.settings
     spooled = await spool_body(request, spool=services.store.new_spool(), limit=settings.max_upload_bytes,
-                               buffer_bytes=settings.upload_chunk_bytes)
+                               buffer_bytes=settings.upload_chunk_bytes,
+                               max_ratio=settings.max_decompression_ratio)
     check = spooled.check
     services.metrics.ingested_bytes.labels(kind="upload").inc(check.size)
     try:
@@ -76,14 +77,15 @@ async def append_chunk(
     job_id: ObjectId, request: Request, services: ServicesDep, _: Scheduler,
     offset: Annotated[int, Query(ge=0, le=2**62, description="Byte offset of this chunk in the log")],
     final: Annotated[bool, Query(description="This is the last chunk: seal the log")] = False,
-    attempt: AttemptQuery = None,
+    attempt: AttemptQuery = None, replace: ReplaceQuery = False,
 ) -> LogOut:
     """Append bytes while the job runs. Idempotent by offset: re-sending bytes already stored is
     a no-op; a gap or different bytes at a stored offset is 409 with the offset to resume from."""
     check_content_type(request)
     settings, store = services.settings, services.store
     async with services.job_lock(job_id):
-        log = await services.run_db(service.open_chunked, job_id=job_id, attempt=attempt, offset=offset)
+        log = await services.run_db(service.open_chunked, job_id=job_id, attempt=attempt, offset=offset,
+                                    replace=replace)
         frozen = log.status != LogStatus.RECEIVING.value
         path = store.blob_path(log.sha256) if frozen and log.sha256 else store.part_path(log.id)
         result = await append_body(request, path=path, offset=offset, frozen=frozen,

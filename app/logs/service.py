@@ -128,10 +128,20 @@ def check_replacement(*, session: Session, job_id: int, attempt: int | None, siz
                    code="log_shrinks")
 
 
-def open_chunked(*, session: Session, job_id: int, attempt: int | None, offset: int) -> LogOut:
-    """The attempt's chunked log; created by the first chunk (offset 0)."""
+def open_chunked(*, session: Session, job_id: int, attempt: int | None, offset: int,
+                 replace: bool = False) -> LogOut:
+    """The attempt's chunked log; created by the first chunk (offset 0). A new chunked log would
+    become the current log while it is still short, so it is not started over a whole log
+    uploaded before unless `replace`."""
     job = jobs.get_job(session=session, job_id=job_id)
     att = jobs.get_attempt(session=session, job=job, number=attempt)
+    if offset == 0 and not replace and chunked_log(session=session, job=job, attempt=att, create=False) is None:
+        current = current_log(session=session, job_id=job.id, attempt_id=att.id)
+        if current is not None and current.size > 0:
+            raise Conflict(f"attempt {att.number} already has a whole {current.size}-byte log (log {current.id}); "
+                           "a chunked log would replace it while still shorter. Send chunks for a new attempt, "
+                           "or add ?replace=true (the earlier log is kept)",
+                           detail={"log_id": current.id, "size": current.size, "offset": 0}, code="log_shrinks")
     log = chunked_log(session=session, job=job, attempt=att, create=offset == 0)
     if log is None:
         raise Conflict(f"no chunked log yet; the first chunk must have offset 0, not {offset}",

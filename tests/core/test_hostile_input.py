@@ -82,3 +82,30 @@ def test_decompression_ratio_limit_stops_a_bomb_early(make):
     data = gz.compress(zlib.decompress(plain)) + gz.flush()
     assert sum(len(c) for c in iter_chunks(io.BytesIO(data), report, chunk_size=CHUNK, limits=limits)) > 0
     assert report.warnings == []
+
+
+def test_a_log_cut_short_is_not_called_a_hang(tmp_path):
+    from app.core.ingest import Limits
+    from app.core.pipeline import Pipeline
+
+    path = tmp_path / "job.log"
+    path.write_bytes(b"".join(b"worker heartbeat %d\n" % i for i in range(1000)))
+    whole = Pipeline().diagnose(path, workers=1).diagnosis.root_cause
+    assert whole.error_type == "Hang"  # read to the end: it stalled
+
+    class AfterFirstChunk(Limits):  # the deadline passes while the first chunk is being read
+        calls = 0
+
+        def expired(self) -> bool:
+            type(self).calls += 1
+            return type(self).calls > 1
+
+    from app.core.compress import compress_source
+
+    pipeline = Pipeline()
+    log = compress_source(path, pipeline.ruleset, chunk_size=4096, workers=1, limits=AfterFirstChunk())
+    assert 0 < log.stats.lines_in < 1000
+    cut = pipeline.diagnose_compressed(log).diagnosis
+    assert cut.root_cause.error_type == "Unknown"
+    assert "before the end" in cut.root_cause.explanation
+    assert any("deadline" in n for n in cut.notes)

@@ -62,13 +62,17 @@ def test_registered_job_placement_names_the_host(pipeline):
     assert single.action.suspect_hosts == ["gpu-z"]
 
 
-def test_no_host_anywhere_means_no_isolate(pipeline):
+def test_no_host_anywhere_means_the_probe_must_find_it(pipeline):
+    """A hardware fault with no nameable host is still an isolate (restarting on the same nodes
+    fails again), with no suspect host: its reason sends the controller to probe the job's nodes
+    and drain only a node that fails the probe, never a guess."""
     log = [f"iteration {i}/ 100 | lm loss: 2.0E+00 |" for i in range(5)] + [ECC.format(r=9)]
     for job in (None, JobPlacement(hosts=("a", "b", "c"), gpu_count=16), JobPlacement()):
         d = pipeline.diagnose(_log(*log), job=job).diagnosis
         assert d.root_cause.error_type.value == "ECCError"
-        assert (d.action.kind, d.action.suspect_hosts, d.action.suspect_ranks) == (ActionKind.INVESTIGATE, [], [9])
-        assert "no host can be named" in d.action.reason
+        assert (d.action.kind, d.action.suspect_hosts, d.action.suspect_ranks) == (
+            ActionKind.ISOLATE_AND_RESTART, [], [9])
+        assert "No host can be named" in d.action.reason and "probe the job's nodes" in d.action.reason
 
 
 def test_rank_hosts_survive_the_parallel_byte_ranges(tmp_path, monkeypatch, pipeline):
@@ -100,3 +104,19 @@ def test_rank_hosts_scan_reads_only_init_lines():
                        "node-9:1:2 [0] NCCL INFO comm 0x1 rank 9 nranks 8 out of range"]) + "\n").encode()
     rh.scan(text, len(text))
     assert (rh.world, rh.hosts) == (8, {3: "node-7"})
+
+
+def test_torchrun_failure_summary_maps_its_rank_to_its_host(pipeline):
+    log = [f"iteration {i}/ 100 | lm loss: 2.0E+00 |" for i in range(5)] + [
+        ECC.format(r=5),
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2024-05-07_03:22:41",
+        "  host      : gpu-h100-017",
+        "  rank      : 5 (local_rank: 5)",
+        "  exitcode  : 1 (pid: 18295)",
+    ]
+    d = pipeline.diagnose(_log(*log)).diagnosis
+    assert (d.action.kind, d.action.suspect_hosts) == (ActionKind.ISOLATE_AND_RESTART, ["gpu-h100-017"])
+    assert "torchrun's failure summary" in d.action.reason

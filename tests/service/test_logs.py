@@ -49,6 +49,21 @@ def test_an_empty_or_shorter_upload_never_silently_replaces_the_log(app, client,
     assert client.put(f"/v1/jobs/{job}/log", content=sample_log(), headers=sched).status_code == 201
 
 
+def test_chunks_do_not_silently_start_over_a_whole_log(client, sched):
+    job = _job(client, sched)
+    full = client.put(f"/v1/jobs/{job}/log", content=sample_log(), headers=sched).json()
+    err = assert_error(client.post(f"/v1/jobs/{job}/log/chunks", params={"offset": 0}, content=b"x\n",
+                                   headers=sched), 409, "log_shrinks")
+    assert err["detail"]["log_id"] == full["id"]
+    assert client.get(f"/v1/jobs/{job}/log", headers=sched).json()["id"] == full["id"]
+    started = client.post(f"/v1/jobs/{job}/log/chunks", params={"offset": 0, "replace": "true"}, content=b"x\n",
+                          headers=sched)
+    assert started.status_code == 200 and started.json()["kind"] == "chunked"
+    # once the chunked log exists, its own chunks go on without the flag
+    more = client.post(f"/v1/jobs/{job}/log/chunks", params={"offset": 2}, content=b"y\n", headers=sched)
+    assert more.status_code == 200 and more.json()["size"] == 4
+
+
 def test_same_content_is_stored_once(app, client, sched):
     a, b = _job(client, sched), new_job(client, sched, external_id="other")["id"]
     s1 = client.put(f"/v1/jobs/{a}/log", content=sample_log(), headers=sched).json()["sha256"]
