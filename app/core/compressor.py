@@ -493,6 +493,9 @@ class Compressor:
             return
         if not countable or len(self._fast) >= MAX_SHAPE_CACHE or len(raw) > self.line_cap:
             return
+        if text[:1] in (" ", "\t"):  # torchrun's summary box: RankHosts reads these in sequence
+            self._never_fast.add(shape)
+            return
         fields = field_ranges(raw, text, rank_m, host_m)
         if fields is None or self._digit_sensitive(text):
             self._never_fast.add(shape)
@@ -546,13 +549,12 @@ class Compressor:
         """Fold the line into its template. Returns (template, countable, rank match, host match):
         countable is None for an error or chain-marker line, else whether later lines of the shape
         may be counted without this path (no flagged-line list to fill, not binary)."""
+        self.rank_hosts.note_kept_line(text)
         rank_m = rank_match(text)
         host_m = host_match(text)
         rank = int(rank_m.group(1)) if rank_m else None
         host = host_m.group(1) if host_m else None
-        # torchrun's failure summary (`host : …` / `rank : …` lines) maps ranks to hosts: its
-        # shapes always come back here, never counted in the C loop
-        countable: bool | None = not self.rank_hosts.note_kept_line(text)
+        countable: bool | None = True
         if rank is not None:
             self._known_ranks.add(rank)
         if host is not None:

@@ -89,21 +89,19 @@ class RankHosts:
         for rank, host in other.summary.items():
             self.summary.setdefault(rank, host)
 
-    def note_kept_line(self, text: str) -> bool:
-        """torchrun's failure summary: a `host :` line, then the `rank :` of that process.
-        True when the line is one of those (its shape must keep coming back here)."""
+    def note_kept_line(self, text: str) -> None:
+        """torchrun's failure summary: a `host :` line, then the `rank :` of that process."""
         if text[:1] not in (" ", "\t"):
             self._summary_host = None
-            return False
+            return
         m = _SUMMARY_HOST.match(text)
         if m:
             self._summary_host = m.group(1)
-            return True
+            return
         m = _SUMMARY_RANK.match(text)
         if m and self._summary_host and len(self.summary) < MAX_RANKS:
             self.summary.setdefault(int(m.group(1)), self._summary_host)
         self._summary_host = None
-        return m is not None
 
     def mapping(self) -> dict[int, str]:
         """rank -> host: NCCL's world communicator first, torchrun's summary for other ranks."""

@@ -234,7 +234,6 @@ def _check_groups(compiled: regex.Pattern, where: str, pattern: str) -> None:
 
 # Files of these kinds live in rules/ too but belong to the restart controller, which loads them.
 OTHER_KINDS = frozenset({"recovery", "probes"})
-_OTHER_KIND_RE = regex.compile(rb"^kind:\s*[\"']?(?:recovery|probes)\b", regex.MULTILINE)
 
 
 def _load_file(path: Path) -> RuleFile | None:
@@ -322,27 +321,19 @@ def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] |
     root = Path(rules_dir) if rules_dir else DEFAULT_RULES_DIR
     if not root.is_dir():
         raise RuleError(f"rules directory not found: {root}")
-    paths, contents = [], []
-    for path in sorted(root.rglob("*.yaml")) + list(extra_files or []):
-        data = path.read_bytes()
-        if _OTHER_KIND_RE.search(data):  # the controller's files: not in the rule set or its version
-            continue
-        paths.append(path)
-        contents.append(data)
-    digest = hashlib.sha256()
-    for path, data in zip(paths, contents):
-        digest.update(path.name.encode() + b"\0" + data)
-    version = digest.hexdigest()[:12]
+    paths = sorted(root.rglob("*.yaml")) + list(extra_files or [])
+    digest = hashlib.sha256()  # of every file: the cache key (the version covers rule files only)
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
     cache_dir = _cache_dir()
     cache_path = None
     if cache_dir is not None:
         key = hashlib.sha256(_schema_digest() + digest.digest() + str(root.resolve()).encode()).hexdigest()[:32]
         cache_path = cache_dir / f"{key}.pickle"
         cached = _read_cache(cache_path)
-        if cached is not None and cached.version == version:
+        if cached is not None:
             return cached
     ruleset = _load_uncached(root, paths)
-    ruleset.version = version
     if cache_path is not None:
         _write_cache(cache_path, ruleset)
     return ruleset
@@ -352,11 +343,13 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
     from app.core.matcher import re2_form
 
     ruleset = RuleSet()
+    version = hashlib.sha256()
     seen: dict[str, str] = {}
     for path in paths:
         rf = _load_file(path)
         if rf is None:
             continue
+        version.update(path.name.encode() + b"\0" + path.read_bytes())
         rel = str(path.relative_to(root)) if path.is_relative_to(root) else path.name
         ruleset.files.append(rel)
         for spec in rf.rules:
@@ -376,6 +369,7 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
                 ruleset.diagnosis.append(DiagnosisRule(spec, rel, lazy))
             else:
                 ruleset.filters.append(FilterRule(spec, rel, lazy))
+    ruleset.version = version.hexdigest()[:12]
     return ruleset
 
 
