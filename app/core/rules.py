@@ -308,11 +308,26 @@ def _write_cache(path: Path, ruleset: RuleSet) -> None:
         with os.fdopen(fd, "wb") as fh:
             pickle.dump(ruleset, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+        _prune_cache(path.parent, keep=path)
     except OSError:  # a read-only home: every start validates from YAML, as without a cache
         try:
             os.unlink(tmp)
         except (OSError, UnboundLocalError):
             pass
+
+
+CACHE_KEEP = 16  # cached rule sets kept per cache directory (the most recently written)
+
+
+def _prune_cache(directory: Path, keep: Path) -> None:
+    """Old rule sets (edited rules, other directories) would pile up: keep the newest few."""
+    try:
+        others = sorted((p for p in directory.glob("*.pickle") if p != keep),
+                        key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in others[CACHE_KEEP - 1:]:
+            old.unlink(missing_ok=True)
+    except OSError:  # another process pruned first
+        pass
 
 
 def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] | None = None) -> RuleSet:

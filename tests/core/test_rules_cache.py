@@ -72,3 +72,13 @@ def test_cache_off(rules_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("LOGDX_RULES_CACHE_DIR", "off")
     load_rules(rules_dir)
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_cache_keeps_only_the_newest_rule_sets(rules_dir, tmp_path):
+    cache = tmp_path / "cache"
+    diag = rules_dir / "diag.yaml"
+    text = diag.read_text()
+    for i in range(rules_mod.CACHE_KEEP + 5):
+        diag.write_text(text + f"\n# edit {i}\n")
+        load_rules(rules_dir)
+    assert len(list(cache.glob("*.pickle"))) == rules_mod.CACHE_KEEP
