@@ -30,8 +30,9 @@ def test_every_make_target_the_readme_names_has_a_recipe():
 
 
 def test_the_files_the_readme_names_ship():
-    for name in set(re.findall(r"examples/[\w./-]+\w", README)):
-        assert (REPO / name).is_file(), name
+    for name in set(re.findall(r"examples/[\w./-]+\w/?", README)):
+        path = REPO / name
+        assert (path.is_dir() and any(path.iterdir())) if name.endswith("/") else path.is_file(), name
     plain = (REPO / "examples" / "sample_job.log").read_bytes()
     assert gzip.decompress((REPO / "examples" / "sample_job.log.gz").read_bytes()) == plain
     assert zstandard.ZstdDecompressor().decompress((REPO / "examples" / "sample_job.log.zst").read_bytes()) == plain

@@ -34,7 +34,7 @@ class LiveServer:
         return out
 
     def metric(self, name: str) -> float:
-        body = urllib.request.urlopen(self.url.removesuffix("/v1") + "/metrics", timeout=5).read().decode()
+        body = urllib.request.urlopen(self.url.removesuffix("/v1") + "/metrics", timeout=60).read().decode()
         for line in body.splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])

@@ -35,7 +35,8 @@ def live(tmp_path_factory) -> LiveServer:
 
 
 def backend(server: LiveServer, **kw) -> OpenAIBackend:
-    cfg = dict(base_url=server.url, model="gemma-3-270m", timeout_s=60, retries=0,
+    # generous timeouts: CI runs this beside other work on 2 cores; the timeout test sets its own
+    cfg = dict(base_url=server.url, model="gemma-3-270m", timeout_s=240, retries=0,
                strict_whitespace=True, max_output_tokens=256)
     cfg.update(kw)
     return OpenAIBackend(OpenAIConfig(**cfg))
@@ -151,7 +152,7 @@ def test_concurrency_limit_holds_against_the_server(tmp_path):
 def test_retries_when_the_server_is_killed_mid_request(tmp_path):
     server = start_server(tmp_path / "p1")
     port = server.port
-    b = backend(server, retries=8, backoff_s=0.5, max_backoff_s=4, timeout_s=60, max_output_tokens=200)
+    b = backend(server, retries=8, backoff_s=0.5, max_backoff_s=4, timeout_s=240, max_output_tokens=200)
     out: dict = {}
 
     def call():

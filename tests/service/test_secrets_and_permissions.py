@@ -55,7 +55,8 @@ def test_database_and_blobs_are_owner_only(client, sched, settings):
     assert resp.status_code == 201
     job2 = new_job(client, sched, external_id="chunked")["id"]
     assert client.post(f"/v1/jobs/{job2}/log/chunks?offset=0", content=b"chunk\n", headers=sched).status_code < 300
-    paths = [settings.data_dir / "logdx.db", *settings.blob_dir.rglob("*"), *settings.uploads_dir.rglob("*")]
+    sqlite_file = [settings.data_dir / "logdx.db"] if settings.database_url is None else []  # PostgreSQL: no file
+    paths = [*sqlite_file, *settings.blob_dir.rglob("*"), *settings.uploads_dir.rglob("*")]
     for path in paths:
         mode = stat.S_IMODE(path.stat().st_mode)
         if path.is_dir():
