@@ -77,6 +77,8 @@ class CompressedLog:
     known_ranks: set[int]
     known_hosts: set[str]
     flagged_lines: list[tuple[int, str]]  # error-looking lines no rule explained (first ones)
+    # the last recent progress marker that says training finished (a `completion` filter rule)
+    completed: Progress | None = None
     rendered: str | None = None  # the compact text, rendered once the stats are final
 
     @property
@@ -182,7 +184,8 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         templates=templates, context=part.context, occurrences=part.occurrences,
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
-        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED])
+        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED],
+        completed=next((p for p in reversed(recent) if _is_completion(ruleset, p.text or "")), None))
     out = render(log)
     stats.bytes_out = len(out.encode("utf-8"))
     stats.ratio = round(stats.bytes_in / stats.bytes_out, 1) if stats.bytes_out else 0.0
@@ -197,6 +200,10 @@ def _step_of(ruleset: RuleSet, text: str) -> int | None:
             if m and m.group("step") and m.group("step").isdigit():
                 return int(m.group("step"))
     return None
+
+
+def _is_completion(ruleset: RuleSet, text: str) -> bool:
+    return any(rule.spec.completion and rule.regex.search(text) for rule in ruleset.filters)
 
 
 def _fmt_set(values: Iterable, limit: int = 8) -> str:

@@ -6,9 +6,13 @@ summaries, SIGTERM to peers, "remote process exited"); within a role the higher 
 (specificity: hardware > specific library failures > generic exceptions) wins, then the earlier
 line. An exception raised while handling / because of an earlier one is demoted to wrapper; a
 network error shortly after another rank died is a symptom of that death; an error after which
-training kept making progress is `recovered` and ranks below everything else. With no (or only
-recovered) events, a progress marker means the job hung; otherwise the first error-looking line
-becomes an `Unknown` root cause with low confidence; a launcher summary alone is `Unknown` too.
+training kept making progress is `recovered` and ranks below everything else; so is an error
+before a completion marker (training finished normally). With no (or only recovered) events: a
+completion marker, output without training progress, or a log of nothing but advancing progress
+is "no failure found" (`Unknown`, investigate, low confidence): nothing in the log shows a stall.
+Progress that stops inside a job's output (other lines around it) means the job hung. Otherwise
+the first error-looking line becomes an `Unknown` root cause with low confidence; a launcher
+summary alone is `Unknown` too.
 """
 
 from __future__ import annotations
@@ -132,8 +136,17 @@ def recovered_before(log: CompressedLog) -> int:
     return recent[0].line
 
 
-def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
+def survived_before(log: CompressedLog) -> int:
+    """Errors whose last line is before this line did not stop the job: training went on after
+    them, or the run finished normally (a completion marker) after them."""
     before = recovered_before(log)
+    if log.completed is not None:
+        before = max(before, log.completed.line)
+    return before
+
+
+def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
+    before = survived_before(log)
     for ev in events:
         if not ev.rule_id.startswith("metrics.") and ev.last_line < before:
             ev.recovered = True
@@ -202,8 +215,25 @@ def _stalled_after_recovered(events: list[ErrorEvent], log: CompressedLog) -> Ra
     return hang
 
 
+NO_FAILURE_CONFIDENCE = 0.2
+
+
+def _no_failure(why: str, evidence: list[Evidence]) -> Ranking:
+    """A run the log does not show failing: not a diagnosis of a fault, so no failure type and a
+    low confidence; the action falls to `investigate` (look outside the log if the job did fail)."""
+    rc = RootCause(
+        error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=NO_FAILURE_CONFIDENCE,
+        evidence=evidence, explanation=f"no failure found: {why}")
+    return Ranking(rc, None, [], only_symptoms=False)
+
+
+def _only_progress(log: CompressedLog) -> bool:
+    """Every line of the log was a metric/progress line: an excerpt of training advancing."""
+    return not any(t.text != BINARY_TEXT and t.text.strip() for t in log.templates)
+
+
 def _no_events(log: CompressedLog) -> Ranking:
-    before = recovered_before(log)
+    before = survived_before(log)
     flagged = [f for f in log.flagged_lines if f[0] >= before]  # error-looking lines training survived
     if flagged:
         line, text = flagged[0]
@@ -212,6 +242,17 @@ def _no_events(log: CompressedLog) -> Ranking:
             evidence=[Evidence(line=ln, text=t[:2000]) for ln, t in flagged[:MAX_EVIDENCE]],
             explanation=f"No rule matched; the first error-looking line is line {line}.")
         return Ranking(rc, None, [], only_symptoms=False)
+    if (done := log.completed) is not None:
+        return _no_failure(
+            f"training finished normally (line {done.line}: {(done.text or '').strip()[:200]}) and no error "
+            "follows. If the job did not exit after this, it hung in shutdown (take stack dumps).",
+            [Evidence(line=done.line, text=(done.text or "")[:2000])])
+    if log.last_progress is not None and _only_progress(log):
+        p = log.last_progress
+        return _no_failure(
+            f"the log holds only training progress, advancing to line {p.line}"
+            + (f" (step {p.step})" if p.step is not None else "") + ", and no error.",
+            [Evidence(line=p.line, text=(p.text or "")[:2000])])
     if log.last_progress is not None:
         p = log.last_progress
         rc = RootCause(
@@ -223,14 +264,13 @@ def _no_events(log: CompressedLog) -> Ranking:
                          + ". The job stopped making progress without an error."))
         return Ranking(rc, None, [], only_symptoms=False)
     text_lines = [t for t in log.templates if t.text != BINARY_TEXT]
-    if text_lines:  # output, but no error and no training step: it stalled while starting
+    if text_lines:  # output, but no error and no training step: nothing shows that it stalled
         last = max(text_lines, key=lambda t: t.last_line)
-        rc = RootCause(
-            error_type=ErrorType.Hang, category=Category.FRAMEWORK, confidence=0.3,
-            evidence=[Evidence(line=last.last_line, text=last.text[:2000])],
-            explanation=(f"No error and no training progress in the log; it stops at line {last.last_line}, "
-                         "so the job stalled during start-up (initialisation, data loading, the first step)."))
-        return Ranking(rc, None, [], only_symptoms=False)
+        return _no_failure(
+            f"no error and no training progress in the log; it ends at line {last.last_line}. If the job "
+            "was stopped for making no progress, it stalled during start-up (initialisation, data loading, "
+            "the first step): take stack dumps.",
+            [Evidence(line=last.last_line, text=last.text[:2000])])
     rc = RootCause(
         error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1,
         evidence=[], explanation="No error and no training progress were found in the log.")

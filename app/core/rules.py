@@ -76,6 +76,9 @@ class FilterRuleSpec(_RuleBase):
     extract: bool = False
     # the line marks training progress (last-progress marker for hang detection)
     progress: bool = False
+    # the line says training finished normally (needs progress: true): a log without an error
+    # after it is reported as no failure, not as a hang
+    completion: bool = False
 
 
 class PolicySpec(BaseModel):
