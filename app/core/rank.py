@@ -49,8 +49,10 @@ def effective_role(ev: ErrorEvent) -> Role:
 
 
 def _key(ev: ErrorEvent) -> tuple:
-    # a recovered event ranks below every symptom: training went on after it
-    return (-1 if ev.recovered else _ROLE_ORDER[effective_role(ev)], ev.priority, -ev.first_line)
+    # a recovered event ranks below every symptom: training went on after it; a Python warning
+    # (the program went on) ranks below every error, above recovered ones
+    tier = -2 if ev.recovered else (-1 if ev.warning else _ROLE_ORDER[effective_role(ev)])
+    return (tier, ev.priority, -ev.first_line)
 
 
 def _evidence(ev: ErrorEvent) -> list[Evidence]:
@@ -148,7 +150,10 @@ def survived_before(log: CompressedLog) -> int:
 def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
     before = survived_before(log)
     for ev in events:
-        if not ev.rule_id.startswith("metrics.") and ev.last_line < before:
+        # a non-finite loss is not cured by more steps: training "going on" with nan is the fault
+        if ev.error_type is ErrorType.NaNLoss or ev.rule_id.startswith("metrics."):
+            continue
+        if ev.last_line < before or ev.retried:  # a retried request is handled by its client
             ev.recovered = True
 
 

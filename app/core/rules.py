@@ -87,6 +87,9 @@ class PolicySpec(BaseModel):
     error_type: ErrorType | None = None
     category: Category | None = None
     when: list[str] = Field(default_factory=list)
+    # a regex one of the lines up to the root cause must match (its own line included): the
+    # job's own step that explains the error, e.g. rank 0 tokenizing before a collective timeout
+    preceded_by: str | None = None
     action: ActionKind
     reason: str
 
@@ -98,6 +101,13 @@ class PolicySpec(BaseModel):
         unknown = [c for c in value if c not in CONDITIONS]
         if unknown:
             raise ValueError(f"unknown condition(s) {unknown}; known: {sorted(CONDITIONS)}")
+        return value
+
+    @field_validator("preceded_by")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            regex.compile(value)
         return value
 
 
