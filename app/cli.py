@@ -44,7 +44,7 @@ def _agent(llm_backend: str | None, pipeline):
 
     try:
         settings = Settings(**({"llm_backend": llm_backend} if llm_backend else {}))
-        return build_agent(settings, policies=pipeline.ruleset.policies)
+        return build_agent(settings, policies=pipeline.ruleset.policies, ruleset=pipeline.ruleset)
     except ValidationError as exc:
         err = exc.errors()[0]
         _fail(f"bad LLM settings: {'.'.join(map(str, err['loc']))}: {err['msg']}")
@@ -52,11 +52,25 @@ def _agent(llm_backend: str | None, pipeline):
         _fail(f"bad LLM settings: {exc}")
 
 
+def _bar_total(source: str) -> int | None:
+    """The bytes a progress bar counts to, or None for no bar: a plain file of
+    PROGRESS_MIN_BYTES or more, a gz/zst file of an eighth of that (it expands ~10x; its bar
+    counts compressed bytes read)."""
+    path = Path(source)
+    if source == "-" or not path.is_file():
+        return None
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    compressed = head.startswith((b"\x1f\x8b", b"\x28\xb5\x2f\xfd"))
+    return size if size >= (PROGRESS_MIN_BYTES // 8 if compressed else PROGRESS_MIN_BYTES) else None
+
+
 @contextmanager
 def _progress(source: str):
     """A byte progress bar on stderr for big inputs, only when stderr is a terminal."""
-    size = Path(source).stat().st_size if source != "-" and Path(source).is_file() else 0
-    if not sys.stderr.isatty() or size < PROGRESS_MIN_BYTES:
+    size = _bar_total(source) if sys.stderr.isatty() else None
+    if size is None:
         yield None
         return
     from rich.console import Console
@@ -65,7 +79,6 @@ def _progress(source: str):
     with Progress("[progress.description]{task.description}", BarColumn(), TransferSpeedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("reading", total=size)
-        # decompressed bytes may exceed the file size for gz/zst; the bar just fills up
         yield lambda n: bar.advance(task, n)
 
 
@@ -87,7 +100,7 @@ class _LazyGroup(click.Group):
     web/database imports."""
 
     lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
-            "token": "app.service_cli:token"}
+            "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -121,13 +134,25 @@ def diagnose(log: str, as_json: bool, rules_dir: str | None, llm_backend: str | 
     def go() -> None:
         with _progress(log) as tick:
             result = pipeline.diagnose(log, on_progress=tick)
-        diagnosis = agent.refine(result) if agent is not None else result.diagnosis
+        diagnosis = agent.refine(result) if agent is not None else _without_llm(result, pipeline)
         if as_json:
             click.echo(json.dumps(diagnosis.to_json_dict(), indent=2, ensure_ascii=False))
         else:
             _print_summary(diagnosis)
 
     _run(go)
+
+
+def _without_llm(result, pipeline):
+    """No model configured: a log no rule explained, with error-looking lines, still gets the
+    nearest rule examples' type (decided_by retrieval) when the embedder is installed."""
+    d = result.diagnosis
+    if d.root_cause.error_type.value != "Unknown":
+        return d
+    from app.llm.factory import build_fallback_agent
+
+    agent = build_fallback_agent(pipeline.ruleset)
+    return agent.refine(result) if agent is not None else d
 
 
 def _print_summary(d) -> None:
@@ -207,6 +232,40 @@ def rules_test(rules_dir: str | None) -> None:
     sys.exit(1 if failures else 0)
 
 
+@rules.command("propose")
+@click.argument("log")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+@click.option("--apply", "apply_", is_flag=True,
+              help="Append the validated proposals to the rules directory (what an admin's approval does).")
+def rules_propose(log: str, rules_dir: str | None, apply_: bool) -> None:
+    """Propose filter rules for LOG's bulk metric lines that no filter rule knows (the log agent)."""
+    pipeline = _pipeline(rules_dir)
+
+    def go() -> None:
+        import yaml
+
+        from app.llm.rulewriter import propose_filter_rules
+
+        compressed = pipeline.compress(log)
+        proposals = [p for p in propose_filter_rules(compressed, ruleset=pipeline.ruleset) if p.rule is not None]
+        if not proposals:
+            click.echo("no proposal: every bulk line is already filtered or none looks like a metric", err=True)
+            return
+        for p in proposals:
+            click.echo(f"# {p.rule.validation.get('count')} lines; validation ok; family {p.rule.family}")
+            click.echo(yaml.safe_dump([p.rule.rule], sort_keys=False, allow_unicode=True, width=200))
+        if apply_:
+            from app.core.rules import DEFAULT_RULES_DIR
+            from app.rules_review.rulefiles import append_rule
+
+            target = Path(rules_dir) if rules_dir else DEFAULT_RULES_DIR
+            for p in proposals:
+                append_rule(rules_dir=target, kind=p.rule.kind, family=p.rule.family, rule=p.rule.rule)
+            click.echo(f"appended {len(proposals)} rule(s) to {target}", err=True)
+
+    _run(go)
+
+
 @rules.command("explain")
 @click.argument("line")
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
@@ -229,6 +288,22 @@ def rules_explain(line: str, rules_dir: str | None) -> None:
         click.echo(f"{rule.id} [{rule.source}] {kind} groups={json.dumps(groups)}")
     if not found:
         click.echo("no rule matches")
+
+
+@rules.command("diff")
+@click.argument("old_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("new_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--logs", required=True, metavar="DIR|GLOB", help="Logs to diagnose with both rule sets.")
+@click.option("--workers", type=click.IntRange(1, 512), default=None, help="Processes (default: one per core).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the diff report as JSON here.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write one CSV row per log here.")
+@click.option("--quiet", is_flag=True, help="No progress output.")
+def rules_diff(old_dir: str, new_dir: str, logs: str, workers: int | None, json_path: str | None,
+               csv_path: str | None, quiet: bool) -> None:
+    """What changing the rules from OLD_DIR to NEW_DIR does to the logs in --logs."""
+    from app.relabel.cli import rules_diff_command
+
+    rules_diff_command(old_dir, new_dir, logs, workers, json_path, csv_path, quiet)
 
 
 def main() -> None:

@@ -45,12 +45,25 @@ def serve(host: str, port: int, log_level: str) -> None:
         sys.exit(EXIT_BAD_INPUT)
     # one process: the SQLite worker pool and the chunk locks live in it (see docs/SERVICE.md)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10,
-                proxy_headers=True)
+                proxy_headers=True, log_config=_log_config(log_level))
+
+
+def _log_config(level: str) -> dict:
+    """uvicorn's logging plus logdx's own loggers (start-up recovery, workers, the LLM step),
+    which otherwise have no handler and lose everything under WARNING."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["logdx"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    return config
 
 
 @click.command()
 def worker() -> None:
-    """Run background diagnoses without the HTTP API (PostgreSQL only: jobs come from procrastinate)."""
+    """Run background diagnoses and batch re-labeling tasks without the HTTP API (PostgreSQL only:
+    jobs come from procrastinate)."""
     import asyncio
 
     from app.api.app import build_services, prepare_database
@@ -60,14 +73,19 @@ def worker() -> None:
         click.echo("logdx: `logdx worker` needs LOGDX_DATABASE_URL=postgresql+psycopg://...; with SQLite "
                    "the server runs its own worker", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    import logging.config
+
+    logging.config.dictConfig(_log_config("info"))
     services = build_services(settings.model_copy(update={"run_worker": True}))
     prepare_database(services)
 
     async def run() -> None:
         await services.queue.start()
+        await services.relabel.start()  # batch re-labeling tasks share the worker
         try:
             await asyncio.Event().wait()
         finally:
+            await services.relabel.stop()
             await services.queue.stop()
             services.executor.shutdown()
 

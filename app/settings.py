@@ -78,6 +78,12 @@ class Settings(BaseSettings):
         "(restored in answers, secrets never). Unset: on for hosted backends (openai), off for "
         "local ones (transformers).",
     )
+    llm_strict_whitespace: bool = Field(
+        default=False,
+        description="Send llguidance's `x-guidance: {whitespace_flexible: false}` with the JSON "
+        "schema (llama.cpp servers such as `logdx llm serve`): a small model cannot pad an answer "
+        "with whitespace until max_tokens. Leave off for servers that reject the extension.",
+    )
     llm_cache_dir: Path | None = Field(
         default=None,
         description="Where the transformers backend keeps local model weights (the de-quantized "
@@ -121,9 +127,40 @@ class Settings(BaseSettings):
         description="Directory of rule files; unset: the rules/ shipped with logdx. Approved "
         "proposed rules are appended to <rules_dir>/<family>.yaml, so it must be writable to approve.",
     )
+    relabel_heartbeat_s: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="Batch re-labeling on PostgreSQL: seconds between a worker's heartbeats, and "
+        "between its checks for re-labeling tasks of workers that stopped.",
+    )
+    relabel_stalled_after_s: float = Field(
+        default=60.0, gt=0, le=86400,
+        description="Batch re-labeling on PostgreSQL: a worker silent this long is considered dead "
+        "and its running re-labeling tasks are retried by another worker.",
+    )
+    relabel_archive_root: Path | None = Field(
+        default=None,
+        description="Directory under which `POST /v1/relabel` may import archives of logs from the "
+        "server's disk; unset: archive imports only through the CLI (`logdx relabel --archive`).",
+    )
     upload_chunk_bytes: int = Field(
         default=1024**2, ge=4096,
         description="Bytes buffered before each disk write while streaming an upload.",
+    )
+    # hostile input and overload: bounded time per diagnosis, no poison pills
+    diagnosis_deadline_s: float = Field(
+        default=120.0, gt=0,
+        description="Seconds a diagnosis may spend reading its log; then it stops and answers with "
+        "what was read (a partial diagnosis with a note), never a hang.",
+    )
+    max_decompression_ratio: float = Field(
+        default=200.0, gt=1,
+        description="A gzip/zstd log that expands more than this many times (past its first 256 MiB) "
+        "is read no further: a partial diagnosis with a note.",
+    )
+    diagnosis_max_attempts: int = Field(
+        default=3, ge=1,
+        description="Runs a diagnosis may start (restarts and crashed workers re-run it); past this it "
+        "is `failed` with the reason instead of being re-queued again.",
     )
 
     @model_validator(mode="after")
@@ -131,6 +168,8 @@ class Settings(BaseSettings):
         self.data_dir = self.data_dir.expanduser()
         if self.rules_dir is not None:
             self.rules_dir = self.rules_dir.expanduser()
+        if self.relabel_archive_root is not None:
+            self.relabel_archive_root = self.relabel_archive_root.expanduser()
         if self.llm_cache_dir is not None:
             self.llm_cache_dir = self.llm_cache_dir.expanduser()
         return self
@@ -164,5 +203,8 @@ class Settings(BaseSettings):
         return self.data_dir / "uploads"
 
     def ensure_dirs(self) -> None:
+        # raw logs may hold secrets: the data dir and everything logdx keeps in it is owner-only
         for d in (self.data_dir, self.blob_dir, self.spool_dir, self.uploads_dir):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if d.stat().st_uid == os.getuid():
+                d.chmod(0o700)

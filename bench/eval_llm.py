@@ -25,6 +25,7 @@ from app.core.types import ActionKind, Category, ErrorType  # noqa: E402
 from app.llm.agent import AgentConfig, FailureAgent  # noqa: E402
 from app.llm.backends import create_backend  # noqa: E402
 from app.llm.client import LLMClient  # noqa: E402
+from app.llm.examples import ExampleIndex, rule_examples  # noqa: E402
 from app.llm.ports import InMemoryCaseStore  # noqa: E402
 from app.llm.retrieval import MiniLMEmbedder, Retriever  # noqa: E402
 
@@ -32,10 +33,13 @@ DEFAULT_CASES = Path("/work/shared/realworld-dev")
 
 
 def load_cases(root: Path) -> list[tuple[str, Path, dict]]:
+    """Case folders under root/cases (realworld-dev: label.json) or root itself (the corpus in
+    tests/golden/corpus: meta.json)."""
+    base = root / "cases" if (root / "cases").is_dir() else root
     out = []
-    for d in sorted((root / "cases").iterdir()):
-        label = d / "label.json"
-        if label.is_file() and (d / "log.txt").is_file():
+    for d in sorted(p for p in base.iterdir() if p.is_dir()):
+        label = next((d / n for n in ("label.json", "meta.json") if (d / n).is_file()), None)
+        if label is not None and (d / "log.txt").is_file():
             out.append((d.name, d / "log.txt", json.loads(label.read_text())))
     return out
 
@@ -63,20 +67,25 @@ def main(argv: list[str] | None = None) -> int:
 
     cases = load_cases(args.cases)
     pipe = Pipeline()
-    results, rows = {}, []
+    results, rows, ablated = {}, [], {}
     t0 = time.perf_counter()
     for name, log, label in cases:
         results[name] = pipe.diagnose(log)
         if args.ablate and results[name].diagnosis.root_cause.rule_id:
             import dataclasses
 
-            gone = results[name].diagnosis.root_cause.rule_id
+            gone = ablated[name] = results[name].diagnosis.root_cause.rule_id
             rs = dataclasses.replace(pipe.ruleset, diagnosis=[r for r in pipe.ruleset.diagnosis if r.id != gone])
             results[name] = Pipeline(rs).diagnose(log)
     rules_s = (time.perf_counter() - t0) / max(1, len(cases))
+    embedder = MiniLMEmbedder()
+    all_examples = ExampleIndex(embedder, rule_examples(pipe.ruleset.diagnosis))
+
+    def examples_for(name: str) -> ExampleIndex:  # the ablated rule's examples go with it
+        return all_examples.without_rule(ablated[name]) if name in ablated else all_examples
 
     t0 = time.perf_counter()
-    retriever = Retriever(MiniLMEmbedder(), InMemoryCaseStore())
+    retriever = Retriever(embedder, InMemoryCaseStore())
     for name, _, label in cases:
         retriever.add_labelled(name, results[name], error_type=ErrorType(label["root_cause"]),
                                category=Category(label["category"]), action=ActionKind(label["action"]),
@@ -92,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = create_backend(args.backend, **opts)
     load_s = time.perf_counter() - t0
     cfg = AgentConfig(trigger_below=args.trigger_below)
+    example_agent = FailureAgent(LLMClient(create_backend("none")), config=cfg, policies=pipe.ruleset.policies)
     retrieval_agent = FailureAgent(LLMClient(create_backend("none")), retriever=retriever, config=cfg)
     llm_client = LLMClient(backend)
     llm_agent = FailureAgent(llm_client, retriever=retriever, config=cfg, policies=pipe.ruleset.policies)
@@ -101,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, _, label in cases:
         res = results[name]
         excl = frozenset({name})
+        example_agent.examples = retrieval_agent.examples = llm_agent.examples = examples_for(name)
+        t = time.perf_counter()
+        d_ex = example_agent.refine(res)
+        ex_s = time.perf_counter() - t
         t = time.perf_counter()
         d_ret = retrieval_agent.refine(res, exclude_cases=excl)
         ret_s = time.perf_counter() - t
@@ -114,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             "case": name, "label": {"root_cause": label["root_cause"], "action": label["action"]},
             "rules": {"error_type": res.diagnosis.root_cause.error_type.value,
                       "action": res.diagnosis.action.kind.value, "confidence": res.diagnosis.root_cause.confidence},
+            "examples": {"error_type": d_ex.root_cause.error_type.value, "action": d_ex.action.kind.value,
+                         "decided_by": d_ex.decided_by.value, "latency_s": ex_s},
             "retrieval": {"error_type": d_ret.root_cause.error_type.value, "action": d_ret.action.kind.value,
                           "decided_by": d_ret.decided_by.value, "latency_s": ret_s},
             "llm": {"error_type": d_llm.root_cause.error_type.value, "action": d_llm.action.kind.value,
@@ -126,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
 
     n = len(rows)
     table = [("rules only", score(rows, "rules"), 0, 0, 0, rules_s, 0),
-             ("rules + retrieval", score(rows, "retrieval"), 0, 0, 0,
+             ("rules + rule-example retrieval (no model)", score(rows, "examples"), 0, 0, 0,
+              rules_s + sum(r["examples"]["latency_s"] for r in rows) / n,
+              sum(r["examples"]["decided_by"] == "retrieval" for r in rows)),
+             ("rules + examples + case retrieval", score(rows, "retrieval"), 0, 0, 0,
               rules_s + sum(r["retrieval"]["latency_s"] for r in rows) / n,
               sum(r["retrieval"]["decided_by"] == "retrieval" for r in rows)),
              (f"rules + retrieval + LLM ({backend.name}:{backend.model})", score(rows, "llm"),
@@ -141,13 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name, s, calls, tin, tout, lat, changed in table:
         print(f"| {name} | {s['root_cause_acc']:.2f} | {s['action_acc']:.2f} | {calls:.2f} | {tin:.0f} | {tout:.0f} | {lat:.2f} | {changed} |")
-    print("\n| case | label | rules | +retrieval | +LLM (conf) |")
-    print("|---|---|---|---|---|")
+    print("\n| case | label | rules | +examples | +retrieval | +LLM (conf) |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         v = r["llm"]["verdict"]
         llm = r["llm"]["error_type"] + (f" ({v['choice']} {v['confidence']:.2f}{' ✓' if v['accepted'] else ''})" if v else "")
         print(f"| {r['case']} | {r['label']['root_cause']} | {r['rules']['error_type']} ({r['rules']['confidence']:.2f}) "
-              f"| {r['retrieval']['error_type']} | {llm} |")
+              f"| {r['examples']['error_type']} | {r['retrieval']['error_type']} | {llm} |")
     if args.json:
         args.json.write_text(json.dumps({"table": [t[:2] for t in table], "cases": per_case}, indent=2, default=str))
     return 0

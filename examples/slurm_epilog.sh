@@ -17,12 +17,28 @@
 # A failing epilog drains the node in Slurm, so this script always exits 0; problems go to stderr.
 set -uo pipefail
 
+# why a curl call failed: the server's error body if it sent one, else curl's own message
+_reason() {
+  local body="$1" err
+  err=$(tr '\n' ' ' <"$2" 2>/dev/null)
+  [[ -n "$body" ]] && { echo "$body ${err}"; return; }
+  echo "${err:-no response (curl gave no reason)}"
+}
+
 main() {
-  local url="${LOGDX_URL:?set LOGDX_URL}" token="${LOGDX_TOKEN:?set LOGDX_TOKEN}"
-  local job_id="${SLURM_JOB_ID:?not running under Slurm (SLURM_JOB_ID unset)}"
+  # not ${VAR:?}: in a script that exits the whole shell with status 1, whatever main returns
+  local url="${LOGDX_URL:-}" token="${LOGDX_TOKEN:-}" job_id="${SLURM_JOB_ID:-}"
+  [[ -n "$url" ]] || { echo "logdx epilog: LOGDX_URL is not set; nothing sent" >&2; return 0; }
+  [[ -n "$token" ]] || { echo "logdx epilog: LOGDX_TOKEN is not set; nothing sent" >&2; return 0; }
+  [[ -n "$job_id" ]] || { echo "logdx epilog: SLURM_JOB_ID is not set (not running under Slurm); nothing sent" >&2; return 0; }
   local cluster="${SLURM_CLUSTER_NAME:-default}"
   local auth=(-H "Authorization: Bearer ${token}")
   local curl=(curl -sS --fail-with-body --max-time 600 --retry "${LOGDX_RETRIES:-3}" --retry-connrefused)
+  # curl's own reason (connection refused, timeout, ...) goes to stderr: keep it for the message
+  local errfile
+  errfile=$(mktemp "${TMPDIR:-/tmp}/logdx-epilog.XXXXXX") \
+    || { echo "logdx epilog: cannot create a temporary file; nothing sent" >&2; return 0; }
+  trap 'rm -f "$errfile"' RETURN
 
   local log="${LOGDX_LOG_FILE:-}"
   if [[ -z "$log" ]] && command -v scontrol >/dev/null; then
@@ -60,25 +76,26 @@ print(json.dumps({k: v for k, v in body.items() if v not in (None, [])}))
 PY
 )
   local job
-  job=$("${curl[@]}" "${auth[@]}" -H 'Content-Type: application/json' -d "$body" "$url/v1/jobs") \
-    || { echo "logdx epilog: cannot register job: $job" >&2; return 0; }
+  job=$("${curl[@]}" "${auth[@]}" -H 'Content-Type: application/json' -d "$body" "$url/v1/jobs" 2>"$errfile") \
+    || { echo "logdx epilog: cannot register job: $(_reason "$job" "$errfile")" >&2; return 0; }
   local id
   id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"$job")
 
   # the whole log as the body, streamed from disk (gz/zst files are sent as they are)
   local put
   put=$("${curl[@]}" "${auth[@]}" -X PUT -H 'Content-Type: application/octet-stream' \
-        --data-binary @"$log" "$url/v1/jobs/$id/log") \
-    || { echo "logdx epilog: upload failed: $put" >&2; return 0; }
+        --data-binary @"$log" "$url/v1/jobs/$id/log" 2>"$errfile") \
+    || { echo "logdx epilog: upload failed: $(_reason "$put" "$errfile")" >&2; return 0; }
 
   local out
-  out=$("${curl[@]}" "${auth[@]}" -X POST "$url/v1/jobs/$id/diagnoses") \
-    || { echo "logdx epilog: diagnosis request failed: $out" >&2; return 0; }
+  out=$("${curl[@]}" "${auth[@]}" -X POST "$url/v1/jobs/$id/diagnoses" 2>"$errfile") \
+    || { echo "logdx epilog: diagnosis request failed: $(_reason "$out" "$errfile")" >&2; return 0; }
   local deadline=$((SECONDS + ${LOGDX_WAIT_S:-120}))
   while python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["status"] not in ("pending","running"))' <<<"$out"; do
     (( SECONDS < deadline )) || { echo "logdx epilog: diagnosis still queued: $out" >&2; return 0; }
     sleep 2
-    out=$("${curl[@]}" "${auth[@]}" "$url/v1/diagnoses/$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"$out")")
+    out=$("${curl[@]}" "${auth[@]}" "$url/v1/diagnoses/$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"$out")" 2>"$errfile") \
+      || { echo "logdx epilog: cannot read the diagnosis: $(_reason "$out" "$errfile")" >&2; return 0; }
   done
   python3 - "$out" <<'PY'
 import json, sys

@@ -136,3 +136,20 @@ def test_dead_llm_endpoint_never_fails_the_diagnosis():
     data = json.loads(out.stdout)
     assert data["decided_by"] == "rules" and data["root_cause"]["error_type"] == "NCCLTimeoutError"
     assert any("llm unavailable" in note for note in data["notes"])
+
+
+def test_progress_bar_for_big_plain_and_compressed_files(tmp_path, monkeypatch):
+    import gzip
+
+    from app import cli as cli_mod
+
+    monkeypatch.setattr(cli_mod, "PROGRESS_MIN_BYTES", 64 * 1024)
+    plain = tmp_path / "job.log"
+    plain.write_bytes(os.urandom(20 * 1024).hex().encode())  # 40 KiB: under the plain threshold
+    packed = tmp_path / "job.log.gz"
+    packed.write_bytes(gzip.compress(os.urandom(16 * 1024)))  # 16 KiB of gzip: would expand ~10x
+    assert cli_mod._bar_total(str(plain)) is None
+    assert cli_mod._bar_total(str(packed)) == packed.stat().st_size
+    plain.write_bytes(b"x" * 70 * 1024)
+    assert cli_mod._bar_total(str(plain)) == 70 * 1024
+    assert cli_mod._bar_total("-") is None

@@ -27,10 +27,12 @@ from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
 from app.jobs.router import router as jobs_router
 from app.labels.case_store import LabelCaseRecorder
 from app.labels.router import router as labels_router
-from app.llm.factory import LazyEmbedder
-from app.llm.retrieval import Embedder
+from app.llm.retrieval import Embedder, LazyEmbedder
 from app.logs.router import router as logs_router
 from app.logs.storage import BlobStore
+from app.relabel.router import router as relabel_router
+from app.relabel.router import rules_router as rule_impact_router
+from app.relabel.tasks import build_queue as build_relabel_queue
 from app.rules_review.router import router as rules_router
 from app.settings import DiagnosisExecutor, Settings
 from app.stats.router import router as stats_router
@@ -63,6 +65,9 @@ def build_services(settings: Settings, *, pipeline: Pipeline | None = None,
     services = Services(settings=settings, db=db, store=store, pipeline=pipeline, executor=executor,
                         worker=worker, queue=queue, metrics=metrics)
     services.cases = LabelCaseRecorder(db, embedder, lambda: services.pipeline.ruleset.policies)
+    # runs interrupted by a restart continue on request (`POST /v1/relabel/{id}/resume`), not by surprise
+    services.relabel = build_relabel_queue(settings=settings, db=db, store=store, run_worker=settings.run_worker,
+                                           resume_on_start=False, current_pipeline=lambda: services.pipeline)
     return services
 
 
@@ -83,9 +88,11 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(prepare_database, services)
         await services.queue.start()
+        await services.relabel.start()
         try:
             yield
         finally:
+            await services.relabel.stop()
             await services.queue.stop()
             services.executor.shutdown()
             services.db.dispose()
@@ -95,7 +102,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     app.state.services = services
     install_error_handlers(app)
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
-                   rules_router, stats_router, actions_router):
+                   rules_router, stats_router, actions_router, relabel_router, rule_impact_router):
         app.include_router(router)
     app.add_middleware(JsonBodyLimitMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)

@@ -26,6 +26,7 @@ from app.diagnoses.worker import DiagnosisQueue, DiagnosisWorker
 from app.errors import Forbidden, Unauthorized
 from app.labels.case_store import LabelCaseRecorder
 from app.logs.storage import BlobStore
+from app.relabel.tasks import RelabelQueue
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -42,6 +43,7 @@ class Services:
     queue: DiagnosisQueue
     metrics: Metrics
     cases: LabelCaseRecorder | None = None
+    relabel: RelabelQueue | None = None  # batch re-labeling tasks (app.relabel.tasks)
     _job_locks: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary)
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from http import HTTPStatus
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -54,6 +55,19 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+# label values come from fixed sets: a client must not be able to add series (memory, render time)
+KNOWN_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+KNOWN_STATUSES = frozenset(int(s) for s in HTTPStatus)
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "other"
+
+
+def status_label(status: int) -> str:
+    return str(status) if status in KNOWN_STATUSES else "other"
+
+
 class MetricsMiddleware:
     """Pure ASGI (does not buffer streamed bodies); labels requests by route template."""
 
@@ -78,7 +92,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, _send)
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            method = scope.get("method", "")
-            self.metrics.requests.labels(method=method, route=route, status=str(status)).inc()
+            method = method_label(scope.get("method", ""))
+            self.metrics.requests.labels(method=method, route=route, status=status_label(status)).inc()
             self.metrics.request_seconds.labels(method=method, route=route).observe(
                 time.perf_counter() - started)

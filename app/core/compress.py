@@ -11,13 +11,38 @@ from typing import BinaryIO
 
 from app.core.compressed import CompressedLog, Partial, build_log, merge_partials
 from app.core.compressor import Compressor, ShapeTable
-from app.core.ingest import CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, iter_chunks, iter_file_buffers
+from app.core.ingest import (
+    CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, InputError, Limits, iter_chunks, iter_file_buffers,
+)
 from app.core.rules import RuleSet
 
 __all__ = ["CompressedLog", "Compressor", "ShapeTable", "compress_source"]
 
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 _WORKER_RULESET: RuleSet | None = None  # set in the parent before forking workers
+_WORKER_PROGRESS = None  # a shared multiprocessing.Value of bytes scanned, when progress is wanted
+PROGRESS_POLL_S = 0.2
+
+
+class _CountingReader:
+    """A raw file whose reads are reported: progress of a compressed file in compressed bytes
+    (the only total known in advance)."""
+
+    def __init__(self, fh: BinaryIO, on_progress: Callable[[int], None]) -> None:
+        self._fh = fh
+        self._on_progress = on_progress
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._fh.read(n)
+        if data:
+            self._on_progress(len(data))
+        return data
+
+    def readinto(self, buf) -> int:  # noqa: ANN001
+        n = self._fh.readinto(buf)
+        if n:
+            self._on_progress(n)
+        return n
 
 
 def _plain_file(source: str | Path | BinaryIO) -> Path | None:
@@ -37,6 +62,15 @@ def _plain_file(source: str | Path | BinaryIO) -> Path | None:
     return path
 
 
+def _regular_file(source: str | Path | BinaryIO) -> bool:
+    if not isinstance(source, (str, Path)) or str(source) == "-":
+        return False
+    try:
+        return Path(source).is_file()
+    except OSError:
+        return False
+
+
 def _ranges(path: Path, parts: int) -> list[tuple[int, int]]:
     """Split a file into `parts` byte ranges that start at line starts."""
     size = path.stat().st_size
@@ -50,26 +84,50 @@ def _ranges(path: Path, parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-def _compress_range(args: tuple[str, int, int, int, bool]) -> tuple[Partial, IngestReport]:
-    path, start, end, chunk_size, use_c = args
+def _compress_range(args: tuple[str, int, int, int, bool, Limits | None]) -> tuple[Partial, IngestReport]:
+    path, start, end, chunk_size, use_c, limits = args
     assert _WORKER_RULESET is not None
     report = IngestReport()
     comp = Compressor(_WORKER_RULESET, use_c=use_c)
-    for buf, length in iter_file_buffers(Path(path), report, start, end, chunk_size=chunk_size):
+    comp.rank_hosts.budget -= start  # NCCL init lines are looked for at the start of the log only
+    done = _WORKER_PROGRESS
+    for buf, length in iter_file_buffers(Path(path), report, start, end, chunk_size=chunk_size, limits=limits):
         comp.feed_buffer(buf, length)
+        if done is not None:
+            with done.get_lock():
+                done.value += length
     return comp.partial(), report
 
 
 def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: int,
-                       on_progress: Callable[[int], None] | None, use_c: bool) -> CompressedLog:
-    global _WORKER_RULESET
+                       on_progress: Callable[[int], None] | None, use_c: bool,
+                       limits: Limits | None = None) -> CompressedLog:
+    global _WORKER_RULESET, _WORKER_PROGRESS
     _WORKER_RULESET = ruleset
     ranges = _ranges(path, workers)
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(len(ranges)) as pool:
-        results = pool.map(_compress_range, [(str(path), a, b, chunk_size, use_c) for a, b in ranges])
-    if on_progress:
-        on_progress(sum(b - a for a, b in ranges))
+    # bytes the workers have scanned, shared through fork; the parent turns it into progress
+    _WORKER_PROGRESS = ctx.Value("q", 0) if on_progress else None
+    try:
+        with ctx.Pool(len(ranges)) as pool:
+            pending = pool.map_async(_compress_range,
+                                     [(str(path), a, b, chunk_size, use_c, limits) for a, b in ranges])
+            reported = 0
+
+            def report_progress() -> None:
+                nonlocal reported
+                done = _WORKER_PROGRESS.value if _WORKER_PROGRESS is not None else 0
+                if done > reported:
+                    on_progress(done - reported)
+                    reported = done
+
+            while not pending.ready():
+                pending.wait(PROGRESS_POLL_S)
+                report_progress()
+            report_progress()
+            results = pending.get()
+    finally:
+        _WORKER_PROGRESS = None
     report = IngestReport()
     for _, r in results:
         report.bytes_read += r.bytes_read
@@ -80,23 +138,35 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
 
 def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
                     chunk_size: int = CHUNK_SIZE, workers: int | None = None, use_c: bool = True,
-                    on_progress: Callable[[int], None] | None = None) -> CompressedLog:
+                    on_progress: Callable[[int], None] | None = None,
+                    limits: Limits | None = None) -> CompressedLog:
     """Compress a log. Large plain files are split into byte ranges scanned by `workers`
-    processes (default: one per CPU); streams and gz/zst are read sequentially."""
+    processes (default: one per CPU); streams and gz/zst are read sequentially. `limits`: a
+    deadline and a decompression-ratio limit that end reading early (partial, with a warning)."""
     workers = workers if workers is not None else (os.cpu_count() or 1)
     path = _plain_file(source)
     if workers > 1 and path is not None and path.stat().st_size >= PARALLEL_MIN_BYTES \
             and "fork" in multiprocessing.get_all_start_methods():
-        return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c)
+        return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c, limits)
     report = IngestReport()
     comp = Compressor(ruleset, use_c=use_c)
     if path is not None:
-        for buf, length in iter_file_buffers(path, report, chunk_size=chunk_size):
+        for buf, length in iter_file_buffers(path, report, chunk_size=chunk_size, limits=limits):
             comp.feed_buffer(buf, length)
             if on_progress:
                 on_progress(length)
         return comp.finish(report)
-    for chunk in iter_chunks(source, report, chunk_size=chunk_size):
+    if on_progress and _regular_file(source):  # gz/zst file: report compressed bytes read
+        try:
+            fh = open(source, "rb")  # noqa: SIM115
+        except OSError as exc:
+            raise InputError(f"cannot open {source}: {exc.strerror}") from None
+        with fh:
+            for chunk in iter_chunks(_CountingReader(fh, on_progress), report, chunk_size=chunk_size,
+                                     limits=limits):
+                comp.feed(chunk)
+        return comp.finish(report)
+    for chunk in iter_chunks(source, report, chunk_size=chunk_size, limits=limits):
         comp.feed(chunk)
         if on_progress:
             on_progress(len(chunk))

@@ -10,7 +10,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from app.core.binary import BINARY_RULE_ID, BINARY_SHARE
 from app.core.fields import extract_time
+from app.core.placement import RankHosts
 from app.core.ingest import IngestReport
 from app.core.rules import DiagnosisRule, RuleSet
 from app.core.types import CompressionStats, Progress
@@ -40,6 +42,11 @@ class Template:
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     flagged: bool = False  # an error rule or the error heuristic fired on it
+    last_text: str | None = None  # text of the line at last_line when it differs from the first
+
+    @property
+    def last_line_text(self) -> str:
+        return self.last_text if self.last_text is not None else self.text
 
 
 @dataclass
@@ -80,6 +87,7 @@ class CompressedLog:
     # the last recent progress marker that says training finished (a `completion` filter rule)
     completed: Progress | None = None
     rendered: str | None = None  # the compact text, rendered once the stats are final
+    rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host (NCCL init lines)
 
     @property
     def text(self) -> str:
@@ -103,9 +111,13 @@ class Partial:
     dropped_by_rule: Counter
     lines_dropped: int
     lines_in: int
+    lines_kept: int  # lines in templates; lines_in == lines_kept + lines_dropped + overflow_lines
     bytes_in: int
     lines_cut: int
     overflow_lines: int
+    binary_bytes: int = 0  # bytes of chunks judged binary (app/core/binary.py)
+    binary_chunks: int = 0
+    rank_hosts: RankHosts = field(default_factory=RankHosts)
 
     def shifted(self, offset: int) -> Partial:
         """The same findings with every line number moved by `offset` (for a later byte range)."""
@@ -139,11 +151,14 @@ def merge_partials(parts: list[Partial]) -> Partial:
             if mine is None:
                 if len(head.templates) < MAX_TEMPLATES or t.flagged:
                     head.templates[key] = t
-                else:
-                    head.overflow_lines += t.count
+                else:  # (a template of \r segments may count more than its lines: clamp)
+                    moved = min(t.count, part.lines_kept)
+                    part.lines_kept -= moved
+                    head.overflow_lines += moved
                 continue
             mine.count += t.count
-            mine.last_line = max(mine.last_line, t.last_line)
+            if t.last_line > mine.last_line:
+                mine.last_line, mine.last_text = t.last_line, t.last_line_text
             mine.flagged = mine.flagged or t.flagged
             mine.ranks |= set(list(t.ranks)[: max(0, MAX_SET_MEMBERS - len(mine.ranks))])
             mine.hosts |= set(list(t.hosts)[: max(0, MAX_SET_MEMBERS - len(mine.hosts))])
@@ -159,9 +174,13 @@ def merge_partials(parts: list[Partial]) -> Partial:
         head.dropped_by_rule.update(part.dropped_by_rule)
         head.lines_dropped += part.lines_dropped
         head.lines_in += part.lines_in
+        head.lines_kept += part.lines_kept
         head.bytes_in += part.bytes_in
         head.lines_cut += part.lines_cut
         head.overflow_lines += part.overflow_lines
+        head.binary_bytes += part.binary_bytes
+        head.binary_chunks += part.binary_chunks
+        head.rank_hosts.merge(part.rank_hosts)
     return head
 
 
@@ -173,18 +192,23 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
     recent = [Progress(step=steps.get(line_no) or _step_of(ruleset, ptext), line=line_no,
                        time=extract_time(ptext), text=ptext[:500]) for line_no, ptext in part.progress]
     warnings = list(report.warnings)
+    if part.binary_bytes:
+        skipped = part.dropped_by_rule.get(BINARY_RULE_ID, 0)
+        warnings.append(f"{part.binary_bytes} bytes in {part.binary_chunks} chunk(s) look like binary data "
+                        f"(over {BINARY_SHARE:.0%} control bytes or invalid UTF-8): {skipped} non-text lines "
+                        "in them were skipped, their text lines were read")
     if part.overflow_lines:
         warnings.append(f"{part.overflow_lines} non-error lines beyond {MAX_TEMPLATES} templates were not kept")
     stats = CompressionStats(
         bytes_in=part.bytes_in, bytes_out=0, lines_in=part.lines_in,
-        lines_kept=sum(t.count for t in templates), lines_dropped=part.lines_dropped,
+        lines_kept=part.lines_kept, lines_dropped=part.lines_dropped,
         templates=len(templates), lines_cut=part.lines_cut + report.lines_cut, encoding=report.encoding,
         dropped_by_rule=dict(part.dropped_by_rule.most_common()), warnings=warnings)
     log = CompressedLog(
         templates=templates, context=part.context, occurrences=part.occurrences,
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
-        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED],
+        known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.hosts,
         completed=next((p for p in reversed(recent) if _is_completion(ruleset, p.text or "")), None))
     out = render(log)
     stats.bytes_out = len(out.encode("utf-8"))

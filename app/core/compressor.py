@@ -18,6 +18,7 @@ from operator import not_
 
 import regex
 
+from app.core.binary import BINARY_SHARE, BINARY_RULE_ID, is_text_line, nontext_share
 from app.core.compressed import (
     BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
     build_log, decode_line,
@@ -25,6 +26,7 @@ from app.core.compressed import (
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_host, extract_rank, fold_key
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
 from app.core.matcher import Hit, MultiMatcher
+from app.core.placement import RankHosts
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
 
 try:  # the optional C scan loop (setup.py builds it; pure Python is the fallback)
@@ -151,14 +153,22 @@ class Compressor:
         # the C scan loop when it is built (see app/core/_shapescan.c); same results either way
         self._table = ShapeTable(max(1, len(ruleset.filters))) if (use_c and ShapeTable is not None) else None
         self._sample_every = 1
-        self.lines_in = 0
+        self.lines_in = 0  # lines are LF-separated; the \r segments of a line are parts of it
+        self.lines_kept = 0
         self.bytes_in = 0
         self.lines_cut = 0
         self.overflow_lines = 0
+        self.binary_bytes = 0  # bytes of chunks judged binary
+        self.binary_chunks = 0
+        self.binary_lines = 0  # non-text lines skipped in them
+        self.rank_hosts = RankHosts()  # global rank -> host from NCCL init lines (dropped as chatter)
 
     # ---- hot path -------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> None:
+        if self._binary_chunk(chunk, len(chunk)):
+            return
         self.bytes_in += len(chunk)
+        self.rank_hosts.scan(chunk, len(chunk))
         if self._table is not None:
             self._feed_c(chunk)
             return
@@ -206,8 +216,42 @@ class Compressor:
         if self._table is None:
             self.feed(bytes(buf[:length]))
             return
+        if self._binary_chunk(buf, length):
+            return
         self.bytes_in += length
+        self.rank_hosts.scan(buf, length)
         self._feed_c(buf, length)
+
+    def _binary_chunk(self, buf: bytes | bytearray, length: int) -> bool:
+        """Handle a chunk that is mostly binary (see app/core/binary.py): only its clean text
+        lines are read; the others count as dropped under BINARY_RULE_ID. False for text."""
+        share = nontext_share(buf, length)
+        if share < BINARY_SHARE:
+            return False
+        data = bytes(buf[:length])
+        lines = data.split(b"\n")
+        if data.endswith(b"\n"):
+            lines.pop()
+        base = self.lines_in + 1
+        self.lines_in += len(lines)
+        self.bytes_in += length
+        self._extracted.clear()
+        self._after = 0  # no context lines from binary junk
+        skipped = 0
+        for i, line in enumerate(lines):
+            if not is_text_line(line):
+                skipped += 1
+                continue
+            shape = line.translate(None, DIGITS)
+            if shape in self._drop:
+                self._dropped_shapes[shape] += 1
+                continue
+            self._survivor(lines, None, i, base, raw=line)
+        self.binary_lines += skipped
+        self.binary_bytes += length
+        self.binary_chunks += 1
+        self._tail = [line for line in lines[-CONTEXT_BEFORE:] if is_text_line(line)]
+        return True
 
     def _feed_c(self, chunk: bytes | bytearray, length: int | None = None) -> None:
         """The same as the pure-Python path, with the per-line loop in C (`ShapeTable.scan`)."""
@@ -293,11 +337,9 @@ class Compressor:
             raw = raw[: self.line_cap] + CUT_MARK % self.line_cap
             self.lines_cut += 1
         text = decode_line(raw)
-        if "\r" in text:
-            segments = [s for s in text.split("\r") if s.strip()]
-            for seg in segments:
-                if not self._drop_segment(seg, line_no):
-                    self._keep_line(seg, line_no, lines, i, base)
+        segments = [s for s in text.split("\r") if s.strip()] if "\r" in text else None
+        if segments:
+            self._cr_line(segments, line_no, lines, i, base)
             return
         if shape not in self._keep and len(shape) <= self.line_cap:
             idx = self._judge(text)
@@ -310,7 +352,29 @@ class Compressor:
                 return
             if len(self._keep) < MAX_SHAPE_CACHE:
                 self._keep.add(shape)
-        self._keep_line(text, line_no, lines, i, base)
+        if self._keep_line(text, line_no, lines, i, base):
+            self.lines_kept += 1
+        else:
+            self.overflow_lines += 1
+
+    def _cr_line(self, segments: list[str], line_no: int, lines, i: int, base: int) -> None:
+        """A `\\r`-rewritten line (progress bar): its segments are judged one by one, but it is
+        still one line. It counts as kept when any segment is kept, else as dropped (under the
+        rule of its last segment), so lines_in == lines_kept + lines_dropped + overflow."""
+        kept = False
+        last_rule = None
+        for seg in segments:
+            idx = self._drop_segment(seg, line_no)
+            if idx is None:
+                kept = self._keep_line(seg, line_no, lines, i, base) or kept
+            else:
+                last_rule = idx
+        if kept:
+            self.lines_kept += 1
+        elif last_rule is not None:
+            self._str_dropped[last_rule] += 1
+        else:
+            self.overflow_lines += 1
 
     def _judge(self, text: str) -> int | None:
         """Index of the filter rule that drops this line, or None (never drop an error)."""
@@ -331,13 +395,14 @@ class Compressor:
             self._progress_shapes.add(shape)
             self._note_progress(line_no, raw)
 
-    def _drop_segment(self, seg: str, line_no: int) -> bool:
+    def _drop_segment(self, seg: str, line_no: int) -> int | None:
+        """The filter rule that drops this `\\r` segment, or None to keep it."""
         shape = seg.translate(SHAPE_DELETE_STR)
         idx = self._str_drop.get(shape)
         if idx is None:
             idx = self._judge(seg)
             if idx is None:
-                return False
+                return None
             if len(self._str_drop) < MAX_SHAPE_CACHE:
                 self._str_drop[shape] = idx
             rule = self.ruleset.filters[idx]
@@ -346,10 +411,10 @@ class Compressor:
         rule = self.ruleset.filters[idx]
         if rule.spec.progress:
             self._note_progress(line_no, seg.encode())
-        self._str_dropped[idx] += 1
-        return True
+        return idx
 
-    def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int) -> None:
+    def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int) -> bool:
+        """Fold the line into its template; False when it was not kept (template cap)."""
         rank = extract_rank(text)
         host = extract_host(text)
         if rank is not None:
@@ -358,28 +423,30 @@ class Compressor:
             self._known_hosts.add(host)
         hits = self.diag.hits(text)
         flagged = bool(hits)
+        # mostly control bytes: rules may still match, the error heuristic must not ("nan" in junk)
+        binary = bool(_BINARY_RE.search(text)) and len(_BINARY_RE.findall(text)) * 4 > len(text)
         if hits:
             self._record(hits, text, line_no, rank, host)
         elif _CHAIN_RE.search(text):
             self._chain_pending.add(rank)
-        elif _ERROR_HINT.search(text):
+        elif not binary and _ERROR_HINT.search(text):
             flagged = True
             if len(self._flagged) < MAX_FLAGGED:
                 self._flagged.append((line_no, text))
-        if _BINARY_RE.search(text) and len(_BINARY_RE.findall(text)) * 4 > len(text):
+        if binary:
             key = text = BINARY_TEXT
         else:
             key = fold_key(text)
         tpl = self._templates.get(key)
         if tpl is None:
             if len(self._templates) >= MAX_TEMPLATES and not flagged:
-                self.overflow_lines += 1
-                return
+                return False
             tpl = Template(text=text, first_line=line_no, last_line=line_no)
             self._templates[key] = tpl
         else:
             tpl.count += 1
             tpl.last_line = line_no
+            tpl.last_text = text
         tpl.flagged = tpl.flagged or flagged
         if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
             tpl.ranks.add(rank)
@@ -387,6 +454,7 @@ class Compressor:
             tpl.hosts.add(host)
         if flagged and tpl.count == 1:
             self._add_context(lines, i, base)
+        return True
 
     def _record(self, hits: list[Hit[DiagnosisRule]], text: str, line_no: int,
                 rank: int | None, host: str | None) -> None:
@@ -472,21 +540,25 @@ class Compressor:
             dropped_by_rule[self.ruleset.filters[self._drop[shape]].id] += count
         for idx, count in self._str_dropped.items():
             dropped_by_rule[self.ruleset.filters[idx].id] += count
-        lines_dropped = sum(self._dropped_shapes.values())
+        lines_dropped = sum(self._dropped_shapes.values()) + sum(self._str_dropped.values())
         if self._table is not None:
             c_counts = Counter(dict(enumerate(self._table.counts()))) + self._c_dropped
             for idx, count in c_counts.items():
                 if count:
                     dropped_by_rule[self.ruleset.filters[idx].id] += count
             lines_dropped += sum(c_counts.values())
+        if self.binary_lines:
+            dropped_by_rule[BINARY_RULE_ID] += self.binary_lines
+            lines_dropped += self.binary_lines
         progress = [(line_no, decode_line(raw)) for line_no, raw in self._progress]
         return Partial(
             templates=self._templates, context=self._context, occurrences=self._occ,
             rule_counts=self.rule_counts, metrics=self._metrics, nan_points=self._nan,
             progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
             known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
-            lines_dropped=lines_dropped, lines_in=self.lines_in,
-            bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines)
+            lines_dropped=lines_dropped, lines_in=self.lines_in, lines_kept=self.lines_kept,
+            bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines,
+            binary_bytes=self.binary_bytes, binary_chunks=self.binary_chunks, rank_hosts=self.rank_hosts)
 
     def finish(self, report: IngestReport) -> CompressedLog:
         return build_log(self.partial(), self.ruleset, report)

@@ -12,6 +12,7 @@ import gzip
 import io
 import os
 import sys
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,35 @@ LINE_CAP = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 CUT_MARK = b" [logdx: line cut at %d bytes]"
+
+
+RATIO_FLOOR = 256 * 1024 * 1024  # decompressed bytes always read before the ratio limit applies
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on the work one read of a log may cost; crossing one stops reading (a partial
+    diagnosis with a warning), never an error. `deadline` is a `time.monotonic()` value."""
+
+    deadline: float | None = None
+    max_ratio: float | None = None  # decompressed / compressed bytes, past RATIO_FLOOR
+    ratio_floor: int = RATIO_FLOOR
+
+    @classmethod
+    def within(cls, seconds: float | None, *, max_ratio: float | None = None) -> Limits:
+        return cls(None if seconds is None else time.monotonic() + seconds, max_ratio)
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def ratio_exceeded(self, out_bytes: int, in_bytes: int) -> bool:
+        return (self.max_ratio is not None and out_bytes > self.ratio_floor
+                and out_bytes > self.max_ratio * max(1, in_bytes))
+
+
+def deadline_warning(bytes_read: int) -> str:
+    return (f"diagnosis deadline reached (LOGDX_DIAGNOSIS_DEADLINE_S) after {bytes_read} bytes; "
+            "the rest of the log was not read: this is a partial diagnosis")
 
 
 class InputError(ValueError):
@@ -56,24 +86,37 @@ def _open_binary(source: str | Path | BinaryIO) -> tuple[BinaryIO, bool]:
 
 
 class _ZstdReader:
-    """Incremental zstd decoding that notices truncation (zstandard's stream_reader does not)."""
+    """Incremental zstd decoding that notices truncation (zstandard's stream_reader does not).
 
-    RAW_PIECE = 128 * 1024
+    Output per step is bounded: zstandard's decompressobj returns everything a piece of input
+    expands to, and every zstd block (at least 3 header bytes) expands to at most 128 KiB, so a
+    piece of RAW_PIECE compressed bytes yields at most RAW_PIECE / 3 * 128 KiB (about 2.7 MiB)
+    whatever the input. Small pieces cost little: decoding runs in C either way."""
+
+    RAW_PIECE = 64  # compressed bytes fed per decompress call (the output bound above)
+    RAW_READ = 128 * 1024  # compressed bytes read from the source at a time
 
     def __init__(self, raw) -> None:
         self._raw = raw
         self._dobj = zstandard.ZstdDecompressor().decompressobj()
         self._buf = bytearray()
+        self._pending = b""  # compressed bytes read but not yet fed
+        self._pos = 0
         self._raw_eof = False
 
     def read(self, n: int) -> bytes:
-        while len(self._buf) < n and not self._raw_eof:
-            piece = self._raw.read(self.RAW_PIECE)
-            if not piece:
-                self._raw_eof = True
-                if not self._dobj.eof:
-                    raise EOFError("zstd frame ended early")
-                break
+        while len(self._buf) < n:
+            if self._pos >= len(self._pending):
+                if self._raw_eof:
+                    break
+                self._pending, self._pos = self._raw.read(self.RAW_READ), 0
+                if not self._pending:
+                    self._raw_eof = True
+                    if not self._dobj.eof:
+                        raise EOFError("zstd frame ended early")
+                    break
+            piece = self._pending[self._pos: self._pos + self.RAW_PIECE]
+            self._pos += len(piece)
             while piece:
                 if self._dobj.eof:  # a new frame follows the previous one
                     self._dobj = zstandard.ZstdDecompressor().decompressobj()
@@ -94,15 +137,20 @@ class _Decoder:
         self._piece = self.PIECE
         head = raw.read(4)
         self._done = False
+        self._raw_in = _Prefixed(head, raw)  # counts the compressed bytes consumed
         if head.startswith(GZIP_MAGIC):
             report.encoding = "gzip"
-            self._stream = gzip.GzipFile(fileobj=_Prefixed(head, raw))
+            self._stream = gzip.GzipFile(fileobj=self._raw_in)
         elif head.startswith(ZSTD_MAGIC):
             report.encoding = "zstd"
-            self._stream = _ZstdReader(_Prefixed(head, raw))
+            self._stream = _ZstdReader(self._raw_in)
         else:
-            self._stream = _Prefixed(head, raw)
+            self._stream = self._raw_in
             self._piece = 1 << 30  # plain bytes cannot be corrupt: read whole chunks at once
+
+    @property
+    def consumed(self) -> int:
+        return self._raw_in.consumed
 
     def read(self, n: int) -> bytes:
         """Read up to n bytes in small pieces, so a corrupt tail loses at most one piece."""
@@ -133,6 +181,7 @@ class _Prefixed(io.RawIOBase):
     def __init__(self, head: bytes, raw: BinaryIO) -> None:
         self._head = head
         self._raw = raw
+        self.consumed = 0
 
     def readable(self) -> bool:
         return True
@@ -142,26 +191,32 @@ class _Prefixed(io.RawIOBase):
             n = min(len(buf), len(self._head))
             buf[:n] = self._head[:n]
             self._head = self._head[n:]
+            self.consumed += n
             return n
         data = self._raw.read(len(buf))
         if not data:
             return 0
         buf[: len(data)] = data
+        self.consumed += len(data)
         return len(data)
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
-            return self._head + self._raw.read()
-        if self._head:
+            out = self._head + self._raw.read()
+        elif self._head:
             out, self._head = self._head[:n], self._head[n:]
             if len(out) < n:
                 out += self._raw.read(n - len(out))
-            return out
-        return self._raw.read(n)
+        else:
+            out = self._raw.read(n)
+        self._head = b"" if n is None or n < 0 else self._head
+        self.consumed += len(out)
+        return out
 
 
 def iter_chunks(source: str | Path | BinaryIO, report: IngestReport,
-                chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP) -> Iterator[bytes]:
+                chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP,
+                limits: Limits | None = None) -> Iterator[bytes]:
     """Yield byte chunks that end on a newline (the last one may not); cap overlong lines.
 
     A line longer than `line_cap` that spans chunk boundaries is cut to `line_cap` bytes and
@@ -173,11 +228,22 @@ def iter_chunks(source: str | Path | BinaryIO, report: IngestReport,
         decoder = _Decoder(raw, report)
         carry = b""
         skipping = 0  # > 0 while discarding the tail of a cut line
-        while True:
+        ratio_stop = False  # set on crossing the ratio limit: this chunk is the last one
+        while not ratio_stop:
+            if limits is not None and limits.expired():
+                report.warnings.append(deadline_warning(report.bytes_read))
+                break
             data = decoder.read(chunk_size)
             if not data:
                 break
             report.bytes_read += len(data)
+            if limits is not None and report.encoding != "plain" \
+                    and limits.ratio_exceeded(report.bytes_read, decoder.consumed):
+                report.warnings.append(
+                    f"{report.encoding} stream expands more than {limits.max_ratio:g}x "
+                    f"(LOGDX_MAX_DECOMPRESSION_RATIO): stopped after {report.bytes_read} decompressed "
+                    f"bytes from {decoder.consumed} compressed; this is a partial diagnosis")
+                ratio_stop = True
             if skipping:
                 nl = data.find(b"\n")
                 if nl < 0:
@@ -211,7 +277,8 @@ def iter_chunks(source: str | Path | BinaryIO, report: IngestReport,
 
 
 def iter_file_buffers(path: Path, report: IngestReport, start: int = 0, end: int | None = None,
-                      chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP) -> Iterator[tuple[bytearray, int]]:
+                      chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP,
+                      limits: Limits | None = None) -> Iterator[tuple[bytearray, int]]:
     """Line-aligned chunks of a plain regular file (or a byte range of it) read into one reused
     buffer: yields `(buffer, length)`, valid until the next iteration. One copy per byte (the
     read itself), no page faults, no allocation per chunk. A line that does not fit in the
@@ -225,6 +292,9 @@ def iter_file_buffers(path: Path, report: IngestReport, start: int = 0, end: int
         skipping = False  # discarding the rest of a cut line
         with memoryview(buf) as view:
             while left > 0 or have:
+                if limits is not None and limits.expired():
+                    report.warnings.append(deadline_warning(report.bytes_read))
+                    break
                 n = fh.readinto(view[have: have + min(chunk_size - have, left)]) if left > 0 else 0
                 left -= n
                 report.bytes_read += n

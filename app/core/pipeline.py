@@ -14,9 +14,12 @@ from typing import BinaryIO
 from app import __version__
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
+from app.core.ingest import Limits
+from app.core.placement import JobPlacement, name_hosts
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
 from app.core.rules import RuleSet, load_rules
+from app.core.secrets import redact_obj
 from app.core.types import Action, ActionKind, DecidedBy, Diagnosis, Versions
 
 Source = str | Path | BinaryIO
@@ -28,6 +31,7 @@ class DiagnosisResult:
     compressed: CompressedLog
     events: list[ErrorEvent]
     ranking: Ranking
+    job: JobPlacement | None = None  # what the scheduler registered (hosts, GPU count), if known
 
 
 PRECEDING_LINES = 200
@@ -52,26 +56,32 @@ class Pipeline:
         self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir)
 
     def compress(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
-                 workers: int | None = None) -> CompressedLog:
-        """`workers`: processes for large plain files (default one per CPU; 1 = this process)."""
-        return compress_source(source, self.ruleset, on_progress=on_progress, workers=workers)
+                 workers: int | None = None, limits: Limits | None = None) -> CompressedLog:
+        """`workers`: processes for large plain files (default one per CPU; 1 = this process).
+        `limits`: deadline and decompression-ratio bounds (a partial result with a warning)."""
+        return compress_source(source, self.ruleset, on_progress=on_progress, workers=workers, limits=limits)
 
     def diagnose(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
-                 workers: int | None = None) -> DiagnosisResult:
-        return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers))
+                 workers: int | None = None, limits: Limits | None = None,
+                 job: JobPlacement | None = None) -> DiagnosisResult:
+        """`job`: the registered job's hosts and GPU count, to name the host of a suspect rank."""
+        return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers,
+                                                      limits=limits), job=job)
 
-    def diagnose_compressed(self, log: CompressedLog) -> DiagnosisResult:
+    def diagnose_compressed(self, log: CompressedLog, *, job: JobPlacement | None = None) -> DiagnosisResult:
         events = events_from_log(log)
         ranking = rank_events(events, log)
-        action = self.decide_action(ranking, log)
+        action = self.decide_action(ranking, log, job=job)
         diagnosis = Diagnosis(
             root_cause=ranking.root, co_occurring=ranking.co_occurring, action=action,
             decided_by=DecidedBy.RULES, compression=log.stats, last_progress=log.last_progress,
             versions=Versions(rules=self.ruleset.version, logdx=__version__),
             notes=list(log.stats.warnings))
-        return DiagnosisResult(diagnosis, log, events, ranking)
+        # the log's secrets stay in the log: whoever may read a diagnosis need not see them
+        diagnosis = Diagnosis.model_validate(redact_obj(diagnosis.to_json_dict()))
+        return DiagnosisResult(diagnosis, log, events, ranking, job)
 
-    def decide_action(self, ranking: Ranking, log: CompressedLog) -> Action:
+    def decide_action(self, ranking: Ranking, log: CompressedLog, *, job: JobPlacement | None = None) -> Action:
         root, ev = ranking.root, ranking.root_event
         ctx = PolicyContext(
             error_type=root.error_type, category=root.category, confidence=root.confidence,
@@ -93,4 +103,5 @@ class Pipeline:
         reason = decision.reason
         if ranks and decision.policy_id == "nccl-timeout-silent-rank":
             reason += f" Silent rank(s): {', '.join(map(str, ranks))}."
-        return Action(kind=decision.kind, suspect_hosts=hosts[:32], suspect_ranks=ranks[:64], reason=reason)
+        action = Action(kind=decision.kind, suspect_hosts=hosts[:32], suspect_ranks=ranks[:64], reason=reason)
+        return name_hosts(action, rank_hosts=log.rank_hosts, job=job)

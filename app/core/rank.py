@@ -275,7 +275,7 @@ def _no_events(log: CompressedLog) -> Ranking:
             f"no error and no training progress in the log; it ends at line {last.last_line}. If the job "
             "was stopped for making no progress, it stalled during start-up (initialisation, data loading, "
             "the first step): take stack dumps.",
-            [Evidence(line=last.last_line, text=last.text[:2000])])
+            [Evidence(line=last.last_line, text=last.last_line_text[:2000])])
     rc = RootCause(
         error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1,
         evidence=[], explanation="No error and no training progress were found in the log.")

@@ -3,18 +3,34 @@ API threads, the worker and the CLI can share one file safely."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 T = TypeVar("T")
 
 
+def _private_sqlite_file(url: str) -> None:
+    """The database holds raw log excerpts: owner-only. SQLite gives its -wal and -shm files the
+    mode of the database file, so creating that one 0600 covers all three."""
+    path = make_url(url).database
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
+        _private_sqlite_file(url)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")

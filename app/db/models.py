@@ -7,7 +7,9 @@ from app.diagnoses.models import DiagnosisRow
 from app.jobs.models import Attempt, Job, JobHost
 from app.labels.models import Label, LabelledCaseRow
 from app.logs.models import CompressedLog, JobLog, LogBlob
+from app.relabel.models import RelabelItem, RelabelRun
 from app.rules_review.models import ProposedRule
 
 __all__ = ["ApiToken", "Attempt", "Base", "CompressedLog", "ControllerAction", "DiagnosisRow",
-           "Job", "JobHost", "JobLog", "Label", "LabelledCaseRow", "LogBlob", "ProposedRule"]
+           "Job", "JobHost", "JobLog", "Label", "LabelledCaseRow", "LogBlob", "ProposedRule",
+           "RelabelItem", "RelabelRun"]

@@ -14,9 +14,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from app.core.ingest import InputError
+from app.core.ingest import InputError, Limits
 from app.core.pipeline import Pipeline
+from app.core.placement import JobPlacement
 from app.diagnoses.refine import LLMRefiner
+from app.diagnoses.scheduler import SlotScheduler
 from app.llm.retrieval import failure_signature
 from app.logs.storage import BoundedReader
 from app.settings import DiagnosisExecutor, Settings
@@ -34,9 +36,15 @@ def build_refiner(settings: Settings, **kwargs: Any) -> LLMRefiner | None:
 
 
 def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMRefiner | None = None, *,
-                 diagnosis_id: int | None = None, propose_rules: bool = True) -> dict[str, Any]:
+                 diagnosis_id: int | None = None, propose_rules: bool = True,
+                 job: JobPlacement | None = None, deadline_s: float | None = None,
+                 max_ratio: float | None = None, workers: int | None = None) -> dict[str, Any]:
     """Diagnose the first `limit` bytes of `path`, then let the LLM review it when the rules are
-    unsure. Returns plain data (it crosses processes)."""
+    unsure. Reading stops at `deadline_s` or past `max_ratio` (a partial diagnosis with a note).
+    Returns plain data (it crosses processes). `workers`: processes for one big plain log
+    (default: one per core in a pool process, 1 in a thread; batch jobs that already run one log
+    per core pass 1)."""
+    limits = Limits.within(deadline_s, max_ratio=max_ratio)
     try:
         raw = open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
@@ -46,9 +54,10 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
         # a whole file goes by path: buffered reads, byte ranges on several cores for big plain
         # logs; but never fork from a thread of the server process (thread executor)
         source = path if whole else BoundedReader(raw, limit)
-        workers = None if threading.current_thread() is threading.main_thread() else 1
+        if workers is None:
+            workers = None if threading.current_thread() is threading.main_thread() else 1
         try:
-            result = pipeline.diagnose(source, workers=workers)
+            result = pipeline.diagnose(source, workers=workers, job=job, limits=limits)
         except InputError as exc:
             return {"input_error": str(exc)}
     output: dict[str, Any] = {"diagnosis": result.diagnosis.to_json_dict(),
@@ -60,7 +69,27 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
         output["diagnosis"] = diagnosis.to_json_dict()
         if llm is not None:
             output["llm"] = llm
+    if propose_rules:
+        output["filter_proposals"] = filter_proposals(pipeline, result)
     return output
+
+
+def filter_proposals(pipeline: Pipeline, result: Any) -> list[dict[str, Any]]:
+    """The log agent: when many lines survived the filters (a metric format no filter rule
+    knows), propose validated filter rules for review. Plain data; the service stores them."""
+    from app.llm.rulewriter.writers import bulk_unfiltered
+
+    if not bulk_unfiltered(result.compressed):
+        return []
+    from app.llm.rulewriter import propose_filter_rules
+
+    out = []
+    for p in propose_filter_rules(result.compressed, ruleset=pipeline.ruleset):
+        if p.rule is not None:
+            r = p.rule
+            out.append({"kind": r.kind, "family": r.family, "rule": r.rule, "evidence": list(r.evidence),
+                        "validation": r.validation, "proposed_by": "log-agent"})
+    return out
 
 
 @dataclass
@@ -79,10 +108,13 @@ def _init_worker(settings: Settings) -> None:
     _WORKER = _WorkerState(build_pipeline(settings), build_refiner(settings))
 
 
-def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool) -> dict[str, Any]:
+def _run_in_worker(path: str, limit: int | None, diagnosis_id: int | None, propose_rules: bool,
+                   job: JobPlacement | None = None, deadline_s: float | None = None,
+                   max_ratio: float | None = None, workers: int | None = None) -> dict[str, Any]:
     assert _WORKER is not None, "worker initializer did not run"
     return run_pipeline(_WORKER.pipeline, path, limit, _WORKER.refiner, diagnosis_id=diagnosis_id,
-                        propose_rules=propose_rules)
+                        propose_rules=propose_rules, job=job, deadline_s=deadline_s, max_ratio=max_ratio,
+                        workers=workers)
 
 
 class PipelineExecutor:
@@ -92,6 +124,9 @@ class PipelineExecutor:
         # thread mode: the one LLM step of this process; process mode: each worker builds its own
         self.refiner = refiner
         self._pool: Executor | None = None
+        # callers take a slot (`async with executor.scheduler.slot(...)`) before `run`: one per
+        # pool worker, so an admitted diagnosis never waits inside the pool
+        self.scheduler = SlotScheduler(settings.diagnosis_workers)
 
     def _get_pool(self) -> Executor:
         if self._pool is None:
@@ -114,14 +149,18 @@ class PipelineExecutor:
             pool.shutdown(wait=False, cancel_futures=False)
 
     async def run(self, path: Path, limit: int | None, *, diagnosis_id: int | None = None,
-                  propose_rules: bool = True, retries: int = 1) -> dict[str, Any]:
+                  propose_rules: bool = True, retries: int = 1, job: JobPlacement | None = None,
+                  workers: int | None = None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         pool = self._get_pool()
+        deadline_s, ratio = self.settings.diagnosis_deadline_s, self.settings.max_decompression_ratio
         if isinstance(pool, ProcessPoolExecutor):
-            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules)
+            call = partial(_run_in_worker, str(path), limit, diagnosis_id, propose_rules, job, deadline_s, ratio,
+                           workers)
         else:
             call = partial(run_pipeline, self.pipeline, str(path), limit, self.refiner,
-                           diagnosis_id=diagnosis_id, propose_rules=propose_rules)
+                           diagnosis_id=diagnosis_id, propose_rules=propose_rules, job=job,
+                           deadline_s=deadline_s, max_ratio=ratio, workers=workers)
         try:
             return await loop.run_in_executor(pool, call)
         except BrokenProcessPool:
@@ -137,7 +176,7 @@ class PipelineExecutor:
                 raise
             # the pool was replaced (new rules) between picking it and submitting: use the new one
         return await self.run(path, limit, diagnosis_id=diagnosis_id, propose_rules=propose_rules,
-                              retries=retries - 1)
+                              retries=retries - 1, job=job, workers=workers)
 
     def shutdown(self) -> None:
         if self._pool is not None:

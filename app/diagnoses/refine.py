@@ -13,16 +13,17 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.pipeline import DiagnosisResult, Pipeline
 from app.core.types import Diagnosis, ErrorType
 from app.db.engine import Database
-from app.llm.agent import FailureAgent
-from app.llm.factory import backend_name, build_agent, scoped_agent
 from app.llm.ports import ProposedRule, ProposedRuleSink
 from app.llm.retrieval import Embedder
-from app.settings import Settings
+from app.settings import LLMBackendName, Settings
+
+if TYPE_CHECKING:  # the agent and its backends load only when a backend is configured
+    from app.llm.agent import FailureAgent
 
 log = logging.getLogger("logdx.llm")
 BUILD_RETRY_S = 60.0  # after a failed backend build, diagnoses skip the LLM this long
@@ -54,7 +55,7 @@ class LLMRefiner:
     @classmethod
     def for_settings(cls, settings: Settings, **kwargs: Any) -> LLMRefiner | None:
         """None for the `none` backend: no agent, no cost."""
-        return None if backend_name(settings) == "none" else cls(settings, **kwargs)
+        return None if settings.llm_backend == LLMBackendName.NONE else cls(settings, **kwargs)
 
     def should_consult(self, result: DiagnosisResult) -> bool:
         rc = result.diagnosis.root_cause
@@ -68,13 +69,15 @@ class LLMRefiner:
                 raise RuntimeError(self._failed[1])
             try:
                 from app.labels.case_store import DbCaseStore
+                from app.llm.factory import build_agent
                 from app.rules_review.sink import DbProposedRuleSink
 
                 if self._db is None:  # a spawned worker process opens its own pool
                     self._db = Database(self.settings.effective_database_url)
                 self._sink = DbProposedRuleSink(self._db)
                 self._agent = build_agent(self.settings, case_store=DbCaseStore(self._db), rule_sink=self._sink,
-                                          policies=pipeline.ruleset.policies, embedder=self._embedder)
+                                          policies=pipeline.ruleset.policies, embedder=self._embedder,
+                                          ruleset=pipeline.ruleset)
             except Exception as exc:
                 self._failed = (time.monotonic(), f"LLM backend unavailable: {type(exc).__name__}: {exc}")
                 log.warning("cannot build the LLM agent: %r", exc)
@@ -92,6 +95,8 @@ class LLMRefiner:
             agent = self._get_agent(pipeline)
             sink = (_SourcedSink(self._sink, diagnosis_id) if self._sink is not None and diagnosis_id is not None
                     else self._sink) if propose_rules else None
+            from app.llm.factory import scoped_agent
+
             scoped, calls = scoped_agent(agent, policies=pipeline.ruleset.policies, rule_sink=sink)
             refinement = scoped.review(result)
         except Exception as exc:  # noqa: BLE001 - the LLM never fails a diagnosis

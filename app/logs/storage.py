@@ -42,7 +42,7 @@ class BlobStore:
         if dest.exists():
             spool.unlink(missing_ok=True)
             return dest
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.replace(spool, dest)
         _fsync_dir(dest.parent)
         return dest
@@ -51,7 +51,7 @@ class BlobStore:
         """Give a finished chunked log its content address; the part file is removed later."""
         dest = self.blob_path(sha256)
         if not dest.exists():
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
                 os.link(self.part_path(log_id), dest)
             except FileExistsError:

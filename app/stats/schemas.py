@@ -22,6 +22,9 @@ class StatsOut(BaseModel):
     failed_jobs: int
     gpu_hours: float
     jobs_without_duration: int = Field(description="Failed jobs lacking start/end (0 GPU-hours counted)")
+    diagnosed_not_failed: int = Field(
+        default=0, description="Diagnosed jobs left out because their state is not a failure "
+                               "(unknown, pending, running, completed, cancelled)")
     by_error_type: list[Bucket]
     by_category: list[Bucket]
     by_cluster: list[Bucket]

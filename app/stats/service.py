@@ -6,12 +6,19 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.jobs.models import Job, JobHost
+from app.jobs.models import Job, JobHost, JobState
 from app.jobs.service import JobFilter, filtered_jobs_query
 from app.stats.schemas import Bucket, StatsOut
+
+
+# A job counts as failed only when the scheduler said so. A diagnosis alone does not make a
+# failure: `unknown` (never reported), `running`, `completed` and user `cancelled` jobs are left
+# out and counted in `diagnosed_not_failed`.
+FAILED_STATES = (JobState.FAILED.value, JobState.NODE_FAIL.value, JobState.TIMEOUT.value,
+                 JobState.OUT_OF_MEMORY.value)
 
 
 def _gpu_hours(job: Job) -> float | None:
@@ -57,7 +64,10 @@ def period_key(when: datetime, interval: str) -> str:
 def failure_stats(*, session: Session, since: datetime | None, until: datetime | None,
                   cluster: str | None, host_limit: int = 100, interval: str | None = None) -> StatsOut:
     flt = JobFilter(cluster=cluster, since=since, until=until)
-    jobs = list(session.scalars(filtered_jobs_query(flt).where(Job.error_type.is_not(None))))
+    diagnosed = filtered_jobs_query(flt).where(Job.error_type.is_not(None))
+    jobs = list(session.scalars(diagnosed.where(Job.state.in_(FAILED_STATES))))
+    not_failed = session.scalar(select(func.count()).select_from(
+        diagnosed.where(Job.state.not_in(FAILED_STATES)).subquery()))
     hosts_of: dict[int, list[str]] = defaultdict(list)
     ids = [j.id for j in jobs]
     for start in range(0, len(ids), 500):
@@ -87,7 +97,7 @@ def failure_stats(*, session: Session, since: datetime | None, until: datetime |
     n = len(jobs)
     return StatsOut(
         since=since, until=until, cluster=cluster, failed_jobs=n, gpu_hours=round(total_hours, 3),
-        jobs_without_duration=no_duration,
+        jobs_without_duration=no_duration, diagnosed_not_failed=not_failed or 0,
         by_error_type=_buckets(by_type, n, total_hours, with_types=False),
         by_category=[b.model_copy(update={"category": b.key}) for b in
                      _buckets(by_cat, n, total_hours, with_types=True)],

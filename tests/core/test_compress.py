@@ -92,13 +92,42 @@ def test_carriage_return_progress_bars_are_split(rules_min, compress_source):
     bar = "\r".join(f"  {p}%|{'█' * (p // 10)}     | {p}/100 [00:01<00:20,  4.6it/s]" for p in range(0, 101, 5))
     data = (bar + "\rRuntimeError: CUDA error: uncorrectable ECC error encountered\n").encode()
     log = compress_source(io.BytesIO(data), rules_min)
-    assert log.stats.dropped_by_rule.get("t-tqdm") == 21
+    # one line (LF-separated): kept, because one of its segments is an error
+    assert (log.stats.lines_in, log.stats.lines_kept, log.stats.lines_dropped) == (1, 1, 0)
     assert [o.line for o in log.occurrences] == [1]
     assert "4.6it/s" not in log.text
 
 
+def test_line_counts_add_up_with_carriage_returns(rules_min, compress_source):
+    """lines_in counts LF-separated lines; the \\r segments of a line are parts of it, so a line
+    is kept once (any segment kept) or dropped once (every segment dropped)."""
+    bar = "\r".join(f"  {p}%|{'#' * (p // 10)}| {p}/100 [00:01<00:20,  4.6it/s]" for p in range(0, 101, 10))
+    lines = [bar] * 5  # dropped: every segment is a progress bar
+    lines += ["loading shard 1\rloading shard 2\rloading shard 3"] * 4  # kept: three kept segments
+    lines += [bar + "\rKeyError: 'lr'"]  # kept: one error segment
+    lines += ["\r\r", "plain line", ""]  # blank segments only: an ordinary line
+    log = compress_source(io.BytesIO(("\n".join(lines) + "\n").encode()), rules_min)
+    s = log.stats
+    assert s.lines_in == 13
+    assert (s.lines_kept, s.lines_dropped) == (8, 5)
+    assert s.dropped_by_rule == {"t-tqdm": 5}
+    assert sum(t.count for t in log.templates) >= s.lines_kept  # templates count segments
+
+
+def test_line_counts_add_up_on_random_bytes(rules_min, compress_source):
+    import random
+
+    data = random.Random(1).randbytes(1 << 20)
+    s = compress_source(io.BytesIO(data), rules_min).stats
+    assert s.lines_in == data.count(b"\n") + (not data.endswith(b"\n"))
+    assert s.lines_kept + s.lines_dropped <= s.lines_in
+    assert s.lines_kept <= s.lines_in
+
+
 def test_bad_bytes_never_crash(rules_min, compress_source):
-    junk = bytes(b for b in range(256) if b != 10) * 4000 + b"\x00\x00\nKeyError: \xff\xfe 'x'\n" + b"\xc3\x28" * 10
+    # (inside binary junk a line is read when it looks like text: >= 16 bytes, <= 10% invalid UTF-8)
+    junk = (bytes(b for b in range(256) if b != 10) * 4000 + b"\x00\x00\nKeyError: \xff\xfe 'optimizer.lr_scale'\n"
+            + b"\xc3\x28" * 10)
     log = compress_source(io.BytesIO(junk), rules_min)
     assert log.stats.lines_in == 3
     assert any("KeyError" in o.text for o in log.occurrences)
@@ -158,3 +187,67 @@ def test_the_c_scan_loop_is_built():
     if os.environ.get("LOGDX_ALLOW_PURE_PYTHON") == "1":
         pytest.skip("pure-Python scan loop allowed here")
     assert ShapeTable is not None, "app/core/_shapescan.c did not build; `pip install -e .` prints why"
+
+
+def test_binary_junk_is_skipped_early_and_said_so(rules_min, compress_source):
+    import random
+
+    from app.core.binary import BINARY_RULE_ID
+
+    rnd = random.Random(5)
+    junk = rnd.randbytes(3 << 20).replace(b"\n", b"\x00")
+    head = b"".join(megatron(i).encode() + b"\n" for i in range(1, 101))
+    ecc = b"[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    noise = b"".join(rnd.randbytes(rnd.randrange(1, 400)) + b"\n" for _ in range(4000))
+    data = head + junk[: 1 << 20] + b"\n" + noise + ecc + junk[1 << 20:] + b"\n"
+    log = compress_source(io.BytesIO(data), rules_min, chunk_size=1 << 20)
+    s = log.stats
+    assert s.lines_in == data.count(b"\n")
+    assert s.lines_kept + s.lines_dropped == s.lines_in
+    assert s.dropped_by_rule[BINARY_RULE_ID] > 4000 and s.dropped_by_rule["t-iter"] == 100
+    assert any("look like binary data" in w for w in s.warnings)
+    ecc_line = data[: data.index(ecc)].count(b"\n") + 1
+    assert [(o.line, o.rule.id) for o in log.occurrences] == [(ecc_line, "t-ecc")]  # text inside junk is read
+    assert log.flagged_lines == []  # no "nan"/"inf"/"error" found by chance in random bytes
+
+
+def test_text_in_any_script_is_not_binary():
+    import random
+
+    from app.core.binary import BINARY_SHARE, nontext_share
+
+    text = ("\x1b[32m[2024-03-02 11:01:43]\x1b[0m 训练步骤 iteration 12 | лосс 2.1 | ε=1e-8 ✓\t\r\n" * 5000).encode()
+    assert nontext_share(text, len(text)) < 0.01
+    junk = random.Random(1).randbytes(1 << 20)
+    assert nontext_share(junk, len(junk)) > BINARY_SHARE
+    nul_padding = b"\x00" * (1 << 20)
+    assert nontext_share(nul_padding, len(nul_padding)) == 1.0
+
+
+def test_a_mostly_binary_line_among_text_is_not_an_error_hint(rules_min, compress_source):
+    data = b"start\n" + bytes(range(1, 9)) * 40 + b" nan inf Error " + bytes(range(14, 31)) * 20 + b"\nend\n"
+    log = compress_source(io.BytesIO(data), rules_min)
+    assert log.stats.lines_in == 3
+    assert log.flagged_lines == []
+
+
+def test_progress_of_a_compressed_file_is_compressed_bytes_read(tmp_path, rules_min, compress_source):
+    import gzip
+
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(make_log(20_000).encode(), compresslevel=1))
+    ticks: list[int] = []
+    compress_source(path, rules_min, chunk_size=256 * 1024, on_progress=ticks.append)
+    assert sum(ticks) == path.stat().st_size  # of the total a bar knows: the file size
+    assert len(ticks) > 3  # as it goes, not once at the end
+
+
+def test_parallel_workers_report_progress_while_they_scan(tmp_path, rules_min, monkeypatch, compress_source):
+    path = tmp_path / "big.log"
+    path.write_text(make_log(40_000))
+    monkeypatch.setattr(compress_mod, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(compress_mod, "PROGRESS_POLL_S", 0.001)
+    ticks: list[int] = []
+    compress_source(path, rules_min, workers=2, chunk_size=64 * 1024, on_progress=ticks.append)
+    assert sum(ticks) == path.stat().st_size
+    assert len(ticks) > 2  # the bar moves while the workers run, not only at the end

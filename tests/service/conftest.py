@@ -31,9 +31,9 @@ if PG_URL:
 
 
 def sample_log(progress_lines: int = 40, *, host: str = "node-12") -> bytes:
-    lines = [f"[{host}] iteration {i}/ 1000 | lm loss: 2.{i % 10}E+00 |" for i in range(progress_lines)]
+    lines = [f"{host}: iteration {i}/ 1000 | lm loss: 2.{i % 10}E+00 |" for i in range(progress_lines)]
     lines += [
-        f"[{host}] RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        f"{host}: RuntimeError: CUDA error: uncorrectable ECC error encountered",
         "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)",
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
     ]

@@ -45,13 +45,13 @@ class LiveServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0, **extra_env: str) -> LiveServer:
+    def start(self, timeout: float = 30.0, log_level: str = "warning", **extra_env: str) -> LiveServer:
         env = {**os.environ, **self.env, **extra_env, "PYTHONPATH": str(REPO)}
         Path(env["LOGDX_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app.service_cli", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning"],
+             "--port", str(self.port), "--log-level", log_level],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -26,6 +26,7 @@ def test_small_log_answers_200_with_the_contract(client, sched):
     assert d["schema"] == "logdx.diagnosis/v1"
     assert d["root_cause"]["category"] == "infrastructure"
     assert d["action"]["kind"] == "isolate_and_restart"
+    assert d["action"]["suspect_hosts"] == ["node-12"]  # from the log's own `node-12: ` prefix
     assert d["decided_by"] == "rules"
     assert body["versions"]["rules"] == d["versions"]["rules"]
     assert client.get(f"/v1/diagnoses/{body['id']}", headers=sched).json() == body
@@ -53,7 +54,8 @@ def test_large_log_answers_202_and_can_be_polled(client, sched, settings):
 def test_diagnoses_are_never_overwritten(client, sched):
     job = _uploaded(client, sched)
     first = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()
-    client.put(f"/v1/jobs/{job}/log", content=b"all good\n", headers=sched)
+    assert client.put(f"/v1/jobs/{job}/log", content=b"all good\n", headers=sched,
+                      params={"replace": "true"}).status_code == 201
     second = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()
     assert second["id"] != first["id"]
     listed = client.get(f"/v1/jobs/{job}/diagnoses", headers=sched).json()["items"]
@@ -146,3 +148,16 @@ def test_labelled_cases_for_retrieval(app, client, sched, eng):
     cases = app.state.services.db.run(list_labelled_cases)
     assert [(c.diagnosis_id, c.error_type, c.verdict) for c in cases] == [(diag["id"], "NVLinkError", "correct")]
     assert "ECC" in cases[0].compressed_text
+
+
+def test_isolate_names_the_host_from_the_registered_job(client, sched):
+    log = b"".join(f"iteration {i}/ 100 | lm loss: 2.0E+00 |\n".encode() for i in range(5))
+    log += b"[rank9]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    job = new_job(client, sched, external_id="placed", hosts=["gpu-b", "gpu-a"], gpu_count=16)["id"]
+    assert client.put(f"/v1/jobs/{job}/log", content=log, headers=sched).status_code == 201
+    action = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()["diagnosis"]["action"]
+    # hosts in the job's list order (sorted, as Slurm expands a node list), 8 ranks each
+    assert (action["kind"], action["suspect_ranks"], action["suspect_hosts"]) == ("isolate_and_restart", [9], ["gpu-b"])
+    # the same bytes without a job to map ranks: no host, so no isolate
+    one_shot = client.post("/v1/diagnose", content=log, headers=sched).json()["action"]
+    assert (one_shot["kind"], one_shot["suspect_hosts"]) == ("investigate", [])

@@ -37,3 +37,37 @@ def test_slurm_epilog_registers_uploads_and_prints_the_diagnosis(tmp_path):
         assert bad.returncode == 0 and "cannot register job" in bad.stderr
     finally:
         server.kill()
+
+
+EPILOG = REPO / "examples" / "slurm_epilog.sh"
+
+
+def _epilog(env: dict[str, str], *unset: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in env.items() if k not in unset}
+    return subprocess.run(["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("missing", ["LOGDX_URL", "LOGDX_TOKEN", "SLURM_JOB_ID"])
+def test_slurm_epilog_exits_0_and_says_which_setting_is_missing(tmp_path, missing):
+    log = tmp_path / "job.out"
+    log.write_bytes(sample_log())
+    env = {"PATH": "/usr/bin:/bin", "LOGDX_URL": "http://127.0.0.1:9", "LOGDX_TOKEN": "ldx_x",
+           "SLURM_JOB_ID": "5", "LOGDX_LOG_FILE": str(log), "LOGDX_RETRIES": "0"}
+    out = _epilog(env, missing)
+    assert out.returncode == 0, out.stderr
+    assert f"{missing} is not set" in out.stderr
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_slurm_epilog_names_the_reason_when_the_server_is_down(tmp_path):
+    from tests.service.live import free_port
+
+    log = tmp_path / "job.out"
+    log.write_bytes(sample_log())
+    env = {"PATH": "/usr/bin:/bin", "LOGDX_URL": f"http://127.0.0.1:{free_port()}", "LOGDX_TOKEN": "ldx_x",
+           "SLURM_JOB_ID": "5", "LOGDX_LOG_FILE": str(log), "LOGDX_RETRIES": "0", "TMPDIR": str(tmp_path)}
+    out = _epilog(env)
+    assert out.returncode == 0, out.stderr
+    reason = out.stderr.split("cannot register job:", 1)[1].strip()
+    assert reason and "connect" in reason.lower(), out.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["job.out"]  # its temporary file is removed

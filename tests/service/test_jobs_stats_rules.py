@@ -158,3 +158,17 @@ def test_stats_over_time(client, sched, eng):
         ("2024-05", 1, 160.0), ("2024-06", 1, 24.0)]
     assert client.get("/v1/stats", headers=eng).json()["by_period"] == []
     assert_error(client.get("/v1/stats", params={"interval": "year"}, headers=eng), 422)
+
+
+def test_stats_count_only_jobs_the_scheduler_reported_as_failed(client, sched, eng):
+    _diagnosed(client, sched, "failed", sample_log())
+    _diagnosed(client, sched, "never-reported", sample_log(), state=None)  # registered without a state
+    _diagnosed(client, sched, "done", sample_log(), state="completed")
+    _diagnosed(client, sched, "oom", sample_log(), state="out_of_memory")
+    jobs = client.get("/v1/jobs", headers=eng).json()["items"]
+    assert sorted(j["state"] for j in jobs) == ["completed", "failed", "out_of_memory", "unknown"]
+    stats = client.get("/v1/stats", headers=eng).json()
+    assert stats["failed_jobs"] == 2
+    assert stats["diagnosed_not_failed"] == 2
+    assert {b["key"]: b["failed_jobs"] for b in stats["by_error_type"]} == {"ECCError": 2}
+    assert stats["gpu_hours"] == 320.0

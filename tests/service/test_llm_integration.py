@@ -197,11 +197,12 @@ def test_dead_llm_endpoint_never_fails_a_diagnosis(tmp_path, database_url, servi
     with TestClient(app, raise_server_exceptions=False) as client:
         h = _headers(app)
         out = _diagnose(client, h, UNMATCHED_LOG, "dead")
-        assert out["status"] == "done" and out["diagnosis"]["decided_by"] == "rules"
+        # the rules' answer stands, or the rule-example fallback's: never the dead LLM's
+        assert out["status"] == "done" and out["diagnosis"]["decided_by"] in ("rules", "retrieval")
         assert any("llm unavailable" in n for n in out["diagnosis"]["notes"])
         assert out["llm"]["verdict"] is None and out["llm"]["error"]
         one_shot = client.post("/v1/diagnose", content=UNMATCHED_LOG, headers=h["scheduler"])
-        assert one_shot.status_code == 200 and one_shot.json()["decided_by"] == "rules"
+        assert one_shot.status_code == 200 and one_shot.json()["decided_by"] in ("rules", "retrieval")
 
 
 # -- labels -> cases -----------------------------------------------------------------------------

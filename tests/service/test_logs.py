@@ -16,7 +16,8 @@ def test_put_plain_gzip_and_zstd(app, client, sched):
     job = _job(client, sched)
     data = sample_log()
     for body, encoding in [(data, "plain"), (gz(data), "gzip"), (zstandard.compress(data), "zstd")]:
-        resp = client.put(f"/v1/jobs/{job}/log", content=body, headers=sched)
+        # compressed bodies are shorter than the plain log stored before them: replace explicitly
+        resp = client.put(f"/v1/jobs/{job}/log", content=body, headers=sched, params={"replace": "true"})
         assert resp.status_code == 201, resp.text
         log = resp.json()
         assert (log["encoding"], log["status"], log["size"]) == (encoding, "complete", len(body))
@@ -25,6 +26,27 @@ def test_put_plain_gzip_and_zstd(app, client, sched):
         diag = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()
         assert diag["diagnosis"]["root_cause"]["error_type"] == "ECCError"
     assert client.get(f"/v1/jobs/{job}/log", headers=sched).json()["encoding"] == "zstd"
+
+
+def test_an_empty_or_shorter_upload_never_silently_replaces_the_log(app, client, sched):
+    job = _job(client, sched)
+    full = client.put(f"/v1/jobs/{job}/log", content=sample_log(), headers=sched).json()
+    err = assert_error(client.put(f"/v1/jobs/{job}/log", content=b"", headers=sched), 422, "empty_log")
+    assert "empty" in err["message"]
+    short = sample_log()[:100]
+    err = assert_error(client.put(f"/v1/jobs/{job}/log", content=short, headers=sched), 409, "log_shrinks")
+    assert err["detail"] == {"log_id": full["id"], "size": full["size"], "new_size": 100}
+    assert "replace=true" in err["message"]
+    current = client.get(f"/v1/jobs/{job}/log", headers=sched).json()
+    assert (current["id"], current["sha256"], current["size"]) == (full["id"], full["sha256"], full["size"])
+    spool = app.state.services.settings.data_dir / "spool"
+    assert not any(spool.iterdir())  # refused bodies leave nothing behind
+    # asked for explicitly, the shorter log becomes current; the earlier one stays on disk
+    replaced = client.put(f"/v1/jobs/{job}/log", content=short, headers=sched, params={"replace": "true"})
+    assert replaced.status_code == 201 and replaced.json()["size"] == 100
+    assert app.state.services.store.blob_path(full["sha256"]).read_bytes() == sample_log()
+    # the same or a longer log is accepted as usual
+    assert client.put(f"/v1/jobs/{job}/log", content=sample_log(), headers=sched).status_code == 201
 
 
 def test_same_content_is_stored_once(app, client, sched):
@@ -36,14 +58,14 @@ def test_same_content_is_stored_once(app, client, sched):
     assert len(blobs) == 1
 
 
-def test_corrupt_gzip_is_422_but_kept(app, client, sched):
+def test_corrupt_gzip_is_stored_as_given_and_marked(app, client, sched):
     job = _job(client, sched)
     body = bytearray(gz(sample_log(400)))
     body[40:60] = b"\xff" * 20
-    err = assert_error(client.put(f"/v1/jobs/{job}/log", content=bytes(body), headers=sched), 422, "corrupt_log")
-    assert "gzip" in err["message"]
-    kept = err["detail"]["log"]
-    assert kept["status"] == "corrupt"
+    resp = client.put(f"/v1/jobs/{job}/log", content=bytes(body), headers=sched)
+    assert resp.status_code == 201, resp.text
+    kept = resp.json()
+    assert kept["status"] == "corrupt" and "gzip" in kept["error"]
     assert app.state.services.store.blob_path(kept["sha256"]).read_bytes() == bytes(body)
     assert client.get(f"/v1/jobs/{job}/log", headers=sched).json()["status"] == "corrupt"
 

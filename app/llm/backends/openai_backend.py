@@ -39,6 +39,9 @@ class OpenAIConfig:
     context_tokens: int = 16384
     max_output_tokens: int = 800
     temperature: float = 0.0
+    # llama.cpp/llguidance: forbid free whitespace between JSON tokens, or a small model can
+    # pad an answer with newlines until max_tokens. Other servers may reject the extension.
+    strict_whitespace: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.api_key, str):
@@ -161,8 +164,9 @@ class OpenAIBackend:
                                   "temperature": self.config.temperature,
                                   "max_tokens": self.config.max_output_tokens}
         if self._structured:
+            sent = {**schema, "x-guidance": {"whitespace_flexible": False}} if self.config.strict_whitespace else schema
             kwargs["response_format"] = {"type": "json_schema",
-                                         "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+                                         "json_schema": {"name": "answer", "schema": sent, "strict": True}}
         try:
             resp = self._call_with_retries(kwargs)
         except LLMBadResponse:
@@ -178,10 +182,15 @@ class OpenAIBackend:
             usage.tokens_in += sum(self.count_tokens(m["content"]) for m in messages)
         try:
             content = resp.choices[0].message.content
+            finish = resp.choices[0].finish_reason
         except (AttributeError, IndexError, TypeError):
             raise LLMBadResponse("response has no choices[0].message.content") from None
         if not isinstance(content, str):
             raise LLMBadResponse("response content is empty")
+        if finish == "length":
+            # a cut answer is not repaired: the repair turn would be cut at the same limit
+            raise LLMBadResponse(f"answer cut at max_tokens ({self.config.max_output_tokens}) "
+                                 f"after {len(content)} characters")
         if resp.usage is None:
             usage.tokens_out += self.count_tokens(content)
         return content

@@ -1,6 +1,9 @@
 """Rule writers and the validation every proposed rule passes before review."""
 
 from app.llm.rulewriter.validate import Validation, validate_rule
-from app.llm.rulewriter.writers import DiagnosisRuleWriter, FilterRuleWriter, Proposal, surviving_lines
+from app.llm.rulewriter.writers import (
+    DiagnosisRuleWriter, FilterRuleWriter, Proposal, bulk_unfiltered, propose_filter_rules, surviving_lines,
+)
 
-__all__ = ["DiagnosisRuleWriter", "FilterRuleWriter", "Proposal", "Validation", "surviving_lines", "validate_rule"]
+__all__ = ["DiagnosisRuleWriter", "FilterRuleWriter", "Proposal", "Validation", "bulk_unfiltered",
+           "propose_filter_rules", "surviving_lines", "validate_rule"]

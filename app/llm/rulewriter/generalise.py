@@ -93,3 +93,44 @@ def candidates_from_line(line: str, *, max_words: int = 12) -> list[str]:
 def mutate_numbers(line: str) -> str:
     """The same line with every number changed: a second example to prove a rule generalises."""
     return regex.sub(r"\d+", lambda m: str((int(m.group(0)[:9]) + 7) % (10 ** min(len(m.group(0)), 9))).zfill(len(m.group(0))), line)
+
+
+# metric keys a trainer prints before a value, and the group each becomes in an extracting
+# filter rule (the names the compressor reads: step, loss, grad_norm, loss_scale, lr, throughput)
+_METRIC_KEYS = [
+    ("step", r"(?:global[_ ]?)?step|iter(?:ation)?|it|update|batch"),
+    ("loss", r"(?:lm[_ ]|train[_ ]|total[_ ])?loss|xent|ce(?:_loss)?|nll"),
+    ("grad_norm", r"grad(?:ient)?[_ ]?norm|gnorm|gn"),
+    ("loss_scale", r"loss[_ ]scale|scale"),
+    ("lr", r"lr|learning[_ ]rate"),
+    ("throughput", r"tput|throughput|tokens?/s(?:ec)?|tok/s|samples?/s(?:ec)?"),
+]
+_KEY_RE = regex.compile(
+    r"(?P<key>" + "|".join(f"(?P<k_{name}>{pat})" for name, pat in _METRIC_KEYS) + r")"
+    r"(?P<sep>['\"]?\s*[:=]?\s*)(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?![\w.])",
+    regex.IGNORECASE)
+_NUMBER_PATTERN = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
+
+
+def extracting_pattern(line: str) -> str | None:
+    r"""A filter pattern for a metric line that captures its known metrics as named groups
+    (`step 000120/050000 | xent 2.31` -> `step\s+(?P<step>\d+)…xent\s+(?P<loss>…)`), so the
+    series (NaN, spikes) and the progress marker survive the drop. None without a step or loss,
+    or with fewer than two known keys."""
+    body = strip_prefix(line)
+    out, pos, used = [], 0, set()
+    for m in _KEY_RE.finditer(body):
+        name = next(n for n, _ in _METRIC_KEYS if m.group(f"k_{n}"))
+        if name in used or (m.start() > 0 and (body[m.start() - 1].isalnum() or body[m.start() - 1] == "_")):
+            continue
+        used.add(name)
+        between = body[pos:m.start()]
+        if out:  # the text before the first key (timestamps, hosts, ranks) is left out
+            out.append(_generalise(between) if between.strip() else (r"\s*" if between else ""))
+        group = r"\d+" if name == "step" else _NUMBER_PATTERN
+        out.append(_escape_words(m.group("key")) + (r"['\"]?\s*[:=]?\s*" if m.group("sep") else "")
+                   + f"(?P<{name}>{group})")
+        pos = m.end()
+    if not ({"step", "loss"} & used) or len(used) < 2:  # one key alone is too weak an anchor
+        return None
+    return "".join(out)

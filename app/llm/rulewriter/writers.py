@@ -20,7 +20,9 @@ from app.llm.client import LLMClient
 from app.llm.errors import LLMError
 from app.llm.ports import ProposedRule, ProposedRuleSink
 from app.llm.prompts import load_prompt
-from app.llm.rulewriter.generalise import candidates_from_line, literal_chars, mutate_numbers, strip_prefix
+from app.llm.rulewriter.generalise import (
+    candidates_from_line, extracting_pattern, literal_chars, mutate_numbers, strip_prefix,
+)
 from app.llm.rulewriter.validate import Validation, validate_rule
 
 MIN_LITERAL = 12
@@ -194,6 +196,10 @@ class FilterRuleWriter:
         out = []
         for _, sample, count in self.groups(lines):
             positives = list(dict.fromkeys([*sample, *(mutate_numbers(s) for s in sample[:3])]))
+            extracting = self._extracting(sample, positives, count, proposed_by, sink)
+            if extracting is not None:
+                out.append(extracting)
+                continue
             validations, compiled = {}, {}
             for pat in list(dict.fromkeys(c for s in sample[:2] for c in candidates_from_line(s))):
                 rule = {"id": _rule_id("proposed-metric", pat), "pattern": pat, "filter": "metric",
@@ -217,6 +223,51 @@ class FilterRuleWriter:
         return out
 
 
+    def _extracting(self, sample: list[str], positives: list[str], count: int, proposed_by: str,
+                    sink: ProposedRuleSink | None) -> Proposal | None:
+        """Preferred: a rule that also captures step/loss/... as named groups, so dropping the
+        lines keeps the metric series (NaN, spikes) and the progress marker (hangs)."""
+        pat = extracting_pattern(sample[0])
+        if pat is None:
+            return None
+        compiled = regex.compile(pat)
+        rule = {"id": _rule_id("proposed-metric", pat), "pattern": pat, "filter": "metric", "extract": True,
+                "progress": "(?P<step>" in pat, "examples": {"match": sample[:3], "no_match": self.negatives[:3]}}
+        v = validate_rule(rule, kind="filter", positives=positives, negatives=self.negatives)
+        if not v.ok or not all(compiled.search(p) for p in positives):
+            return None
+        proposed = ProposedRule("filter", self.family, rule, sample[:5],
+                                {"chosen": v.to_json_dict(), "votes": {pat: len(positives)}, "count": count,
+                                 "extracts": sorted(compiled.groupindex)}, proposed_by)
+        pid = sink.propose(proposed) if sink is not None else None
+        return Proposal(proposed, pid, {pat: v}, {pat: len(positives)}, "proposed")
+
+
 def surviving_lines(compressed: Any) -> list[tuple[str, int]]:
     """(text, count) of templates that survived compression and no error rule flagged."""
     return [(t.text, t.count) for t in getattr(compressed, "templates", []) if not t.flagged]
+
+
+def propose_filter_rules(compressed: Any, *, ruleset: Any = None, negatives: Sequence[str] | None = None,
+                         sink: ProposedRuleSink | None = None, min_count: int = 20) -> list[Proposal]:
+    """The log agent's step after a compression: bulk metric-like lines that survived (no filter
+    rule knows their format) become proposed filter rules, validated against error lines (by
+    default every diagnosis rule's match examples of `ruleset`, else of the shipped rules) so an
+    approved rule can never drop one."""
+    negs = list(negatives) if negatives is not None else error_examples(ruleset)
+    return FilterRuleWriter(negatives=negs, min_count=min_count).propose(surviving_lines(compressed), sink=sink)
+
+
+def error_examples(ruleset: Any = None) -> list[str]:
+    """Error lines a filter rule must never match: the diagnosis rules' own match examples."""
+    if ruleset is None:
+        from app.core.rules import load_rules
+
+        ruleset = load_rules()
+    return [text for rule in ruleset.diagnosis for text in rule.spec.examples.match]
+
+
+def bulk_unfiltered(compressed: Any, *, min_lines: int = 1000, min_share: float = 0.1) -> bool:
+    """Cheap test before proposing: did many lines survive the filters (an unknown format)?"""
+    stats = compressed.stats
+    return stats.lines_kept >= min_lines and stats.lines_kept >= min_share * max(1, stats.lines_in)

@@ -1,0 +1,111 @@
+"""Which host a rank ran on, so that an isolate action can name the node to drain.
+
+Two sources, in this order of trust:
+- the log itself: NCCL prints one line per rank and communicator at init,
+  `node-05:4105:4205 [1] NCCL INFO comm 0x55d4c8a0 rank 5 nranks 8 cudaDev 1 busId 3d000 ... - Init COMPLETE`,
+  and the communicator with the most ranks is the world, whose rank numbers are global ranks.
+  These lines are dropped as chatter, so they are found with a `bytes.find` pass over the first
+  SCAN_BYTES of the log (the world communicator is built at start-up; scanning every chunk
+  would cost about as much as compressing it);
+- the registered job: its hosts (in list order) and GPU count, with ranks placed contiguously,
+  `gpu_count / len(hosts)` per host (torchrun/srun's default block placement). An inference,
+  and the action's reason says so.
+An isolate action for which neither gives a host is turned into `investigate`: a scheduler
+cannot drain a node nobody named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import regex
+
+from app.core.types import Action, ActionKind
+
+MAX_RANKS = 65_536
+SCAN_BYTES = 32 * 1024 * 1024
+_MARK = b" nranks "
+_INIT_RE = regex.compile(
+    rb"^(?:\[\d+\])?(?:\[default\d+\]:)?(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO .*?"
+    rb"\brank (?P<rank>\d{1,7}) nranks (?P<nranks>\d{1,7})\b")
+
+
+@dataclass(frozen=True)
+class JobPlacement:
+    """What the scheduler registered about the job (the service passes it; the CLI has none)."""
+
+    hosts: tuple[str, ...] = ()
+    gpu_count: int | None = None
+
+    def host_of(self, rank: int) -> str | None:
+        if len(self.hosts) == 1:
+            return self.hosts[0]
+        if not self.hosts or not self.gpu_count or self.gpu_count % len(self.hosts) or rank >= self.gpu_count:
+            return None
+        return self.hosts[rank // (self.gpu_count // len(self.hosts))]
+
+
+@dataclass
+class RankHosts:
+    """Global rank -> host from NCCL communicator-init lines (the largest communicator seen)."""
+
+    world: int = 0
+    hosts: dict[int, str] = field(default_factory=dict)
+    budget: int = field(default_factory=lambda: SCAN_BYTES)  # bytes still to scan (the start of the log)
+
+    def scan(self, buf: bytes | bytearray, length: int) -> None:
+        if self.budget <= 0:
+            return
+        self.budget -= length
+        pos = buf.find(_MARK, 0, length)
+        while pos >= 0:
+            start = buf.rfind(b"\n", 0, pos) + 1
+            end = buf.find(b"\n", pos, length)
+            end = length if end < 0 else end
+            m = _INIT_RE.match(bytes(buf[start:min(end, start + 1024)]))
+            if m:
+                self.add(int(m.group("rank")), m.group("host").decode("ascii", "replace"), int(m.group("nranks")))
+            pos = buf.find(_MARK, end, length)
+
+    def add(self, rank: int, host: str, nranks: int) -> None:
+        if nranks < self.world or rank >= nranks:
+            return
+        if nranks > self.world:  # a bigger communicator: the earlier ones were sub-groups
+            self.world, self.hosts = nranks, {}
+        if len(self.hosts) < MAX_RANKS:
+            self.hosts.setdefault(rank, host)
+
+    def merge(self, other: RankHosts) -> None:
+        for rank, host in other.hosts.items():
+            self.add(rank, host, other.world)
+
+
+def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None) -> Action:
+    """An isolate action with its hosts named from the ranks it suspects, or `investigate`."""
+    if action.kind is not ActionKind.ISOLATE_AND_RESTART or action.suspect_hosts:
+        return action
+    ranks = action.suspect_ranks
+    found = sorted({rank_hosts[r] for r in ranks if r in rank_hosts})
+    if found:
+        return action.model_copy(update={
+            "suspect_hosts": found[:32],
+            "reason": f"{action.reason} Host(s) of rank(s) {_ranks(ranks)} from the log's NCCL init lines."})
+    if job is not None:
+        found = sorted({h for h in (job.host_of(r) for r in ranks) if h})
+        if found:
+            how = ("the job's only host" if len(job.hosts) == 1 else
+                   f"inferred from the job's placement: {job.gpu_count // len(job.hosts)} ranks per host "
+                   "over its registered hosts in order")
+            return action.model_copy(update={
+                "suspect_hosts": found[:32],
+                "reason": f"{action.reason} Host(s) of rank(s) {_ranks(ranks)}: {how}."})
+    why = (f"rank(s) {_ranks(ranks)} cannot be mapped to a host" if ranks else "the failure names no rank")
+    return action.model_copy(update={
+        "kind": ActionKind.INVESTIGATE,
+        "reason": (f"{action.reason} But no host can be named ({why}: the log has no host prefixes or "
+                   "NCCL init lines, and the job was not registered with its hosts and GPU count), so no "
+                   "node is drained automatically; find the node and drain it by hand.")})
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")

@@ -1,0 +1,84 @@
+"""Hostile inputs to the core reader: decompression bombs keep memory at chunk size + one line."""
+
+from __future__ import annotations
+
+import io
+import tracemalloc
+import zlib
+
+import pytest
+import zstandard
+
+from app.core.ingest import IngestReport, iter_chunks
+
+BOMB_BYTES = 128 * 1024 * 1024
+CHUNK = 1024 * 1024
+
+
+def _zstd_bomb(piece: bytes) -> bytes:
+    cobj = zstandard.ZstdCompressor(level=3).compressobj()
+    out = [cobj.compress(piece) for _ in range(BOMB_BYTES // len(piece))]
+    return b"".join(out) + cobj.flush()
+
+
+def _gzip_bomb(piece: bytes) -> bytes:
+    cobj = zlib.compressobj(1, zlib.DEFLATED, 31)
+    out = [cobj.compress(piece) for _ in range(BOMB_BYTES // len(piece))]
+    return b"".join(out) + cobj.flush()
+
+
+ZEROS = bytes(1 << 20)
+LINES = b"worker heartbeat ok\n" * (1 << 16)
+
+
+@pytest.mark.parametrize("make", [_zstd_bomb, _gzip_bomb], ids=["zstd", "gzip"])
+@pytest.mark.parametrize("piece", [ZEROS, LINES], ids=["zeros", "lines"])
+def test_decompression_bomb_keeps_memory_bounded(make, piece):
+    bomb = make(piece)
+    assert len(bomb) * 100 < BOMB_BYTES  # it really is a bomb
+    report = IngestReport()
+    tracemalloc.start()
+    try:
+        total = 0
+        for chunk in iter_chunks(io.BytesIO(bomb), report, chunk_size=CHUNK):
+            total += len(chunk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.bytes_read == BOMB_BYTES // len(piece) * len(piece)
+    # the design bound: one chunk + one capped line, plus the decoder's bounded pieces
+    assert peak < 16 * CHUNK, f"peak {peak / 2**20:.0f} MiB while decoding a bomb"
+
+
+def test_deadline_ends_reading_with_a_partial_diagnosis(tmp_path):
+    from app.core.ingest import Limits
+    from app.core.pipeline import Pipeline
+
+    path = tmp_path / "job.log"
+    path.write_bytes(b"step 1 loss 2.0\n" * 1000 + b"RuntimeError: CUDA error: out of memory\n")
+    expired = Limits(deadline=0.0)  # long past
+    for source in (path, io.BytesIO(path.read_bytes())):
+        result = Pipeline().diagnose(source, workers=1, limits=expired)
+        assert any("deadline" in n for n in result.diagnosis.notes), result.diagnosis.notes
+        assert result.diagnosis.root_cause.error_type != "CUDAOutOfMemory"  # the tail was not read
+    full = Pipeline().diagnose(path, workers=1, limits=Limits.within(60))
+    assert not any("deadline" in n for n in full.diagnosis.notes)
+
+
+@pytest.mark.parametrize("make", [_zstd_bomb, _gzip_bomb], ids=["zstd", "gzip"])
+def test_decompression_ratio_limit_stops_a_bomb_early(make):
+    from app.core.ingest import Limits
+
+    bomb = make(LINES)
+    report = IngestReport()
+    limits = Limits(max_ratio=50, ratio_floor=8 * CHUNK)
+    total = sum(len(c) for c in iter_chunks(io.BytesIO(bomb), report, chunk_size=CHUNK, limits=limits))
+    assert 8 * CHUNK < total <= 10 * CHUNK
+    assert any("expands more than 50x" in w for w in report.warnings)
+    # a normal log under the same limit is read whole
+    plain = zlib.compress(b"".join(b"step %d loss %d\n" % (i, i * 7919 % 1000) for i in range(200_000)))
+    report = IngestReport()
+    gz = zlib.compressobj(6, zlib.DEFLATED, 31)
+    data = gz.compress(zlib.decompress(plain)) + gz.flush()
+    assert sum(len(c) for c in iter_chunks(io.BytesIO(data), report, chunk_size=CHUNK, limits=limits)) > 0
+    assert report.warnings == []

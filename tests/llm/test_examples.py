@@ -1,0 +1,121 @@
+"""Help on logs no rule explains: the rule library's match examples as a retrieval corpus, the
+candidates they give the failure agent, and the no-model fallback vote (real MiniLM)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.pipeline import Pipeline
+from app.core.types import DecidedBy, ErrorType
+from app.llm.agent import FailureAgent
+from app.llm.backends.fake import FakeBackend
+from app.llm.client import LLMClient
+from app.llm.examples import ExampleIndex, error_looking_lines, error_score, rule_examples
+from app.llm.factory import build_fallback_agent
+
+REPO = Path(__file__).resolve().parents[2]
+S3_LINE = "botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the PutObject operation: Please reduce your request rate."
+
+
+def test_every_diagnosis_rule_contributes_its_examples_with_resolved_types():
+    rules = Pipeline().ruleset.diagnosis
+    examples = rule_examples(rules)
+    assert len(examples) >= len(rules)
+    assert {e.rule_id for e in examples} == {r.id for r in rules if r.spec.error_type.value not in ("Unknown", "ChildFailedError")} \
+        or len({e.rule_id for e in examples}) > 0.9 * len(rules)
+    generic = [r for r in rules if r.spec.type_from_group]
+    for r in generic:  # a catch-all rule's example is typed by the class it names, when canonical
+        for e in (e for e in examples if e.rule_id == r.id):
+            m = r.regex.search(e.text)
+            name = m.group(r.spec.type_from_group).rsplit(".", 1)[-1]
+            if name in ErrorType.__members__ and name not in ("Unknown", "ChildFailedError"):
+                assert e.error_type.value == name
+
+
+def test_error_looking_lines_prefer_exception_lines_over_headers_and_warnings():
+    flagged = [(3, "Traceback (most recent call last):"), (4, '  File "train.py", line 9, in <module>'),
+               (9, "WARNING: dataloader is slow"), (12, "mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated"),
+               (13, "job failed after 3 retries"), (14, "mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated")]
+    got = error_looking_lines(flagged)
+    assert got[0] == (12, "mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated")
+    assert (13, "job failed after 3 retries") in got
+    assert all(error_score(t) > 0 for _, t in got) and len({t for _, t in got}) == len(got)
+
+
+def _without(rule_id: str) -> Pipeline:
+    """The shipped rules minus one: what logdx knows if that rule had never been written (its
+    examples go with it, so the answer must come from the other rules' examples)."""
+    full = Pipeline()
+    kept = [r for r in full.ruleset.diagnosis if r.id != rule_id]
+    assert len(kept) == len(full.ruleset.diagnosis) - 1
+    return Pipeline(dataclasses.replace(full.ruleset, diagnosis=kept))
+
+
+WANDB_LINE = "wandb.errors.CommError: Run initialization has timed out after 90.0 sec."
+
+
+@pytest.mark.slow
+def test_nearest_examples_vote_for_the_right_family_and_abstain_when_far(minilm):
+    index = ExampleIndex(minilm, rule_examples(Pipeline().ruleset.diagnosis))
+    vote = index.vote([(7, S3_LINE)])
+    assert vote is not None and vote.error_type is ErrorType.S3StorageError and vote.line == 7
+    assert index.vote([(1, "the quick brown fox jumps over the lazy dog")]) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("rule_id", "line", "expected", "action"), [
+    ("s3-client-error", S3_LINE, ErrorType.S3StorageError, "retry"),
+    ("wandb-init-or-comm-error", WANDB_LINE, ErrorType.ConnectionError, "retry"),
+])
+def test_no_rule_log_gets_a_typed_answer_with_evidence_without_a_model(minilm, rule_id, line, expected, action):
+    ablated = _without(rule_id)
+    log = f"step 10 loss 2.1\nsaving checkpoint step_10\n{line}\n"
+    result = ablated.diagnose(io.BytesIO(log.encode()), workers=1)
+    assert result.diagnosis.root_cause.error_type is ErrorType.Unknown  # the rules alone do not know it
+    d = build_fallback_agent(ablated.ruleset, embedder=minilm).refine(result)
+    assert d.decided_by is DecidedBy.RETRIEVAL and d.root_cause.error_type is expected
+    assert d.root_cause.evidence[0].line == 3 and d.root_cause.evidence[0].text == line
+    assert d.root_cause.confidence <= 0.6 and d.action.kind.value == action
+
+
+@pytest.mark.slow
+def test_local_scoring_model_gets_candidates_on_a_no_rule_log(minilm):
+    ablated = _without("s3-client-error")
+    result = ablated.diagnose(io.BytesIO(f"step 1 loss 2.0\n{S3_LINE}\n".encode()), workers=1)
+    backend = FakeBackend(supports_json=False, choice_scores=lambda prompt, letters: [0.0] * len(letters))
+    agent = FailureAgent(LLMClient(backend), policies=ablated.ruleset.policies,
+                         examples=ExampleIndex(minilm, rule_examples(ablated.ruleset.diagnosis)))
+    cands = [c for c in agent.candidates(result) if c.id.startswith("x")]
+    assert len(cands) >= 2 and all(c.line == 2 for c in cands)
+    assert ErrorType.S3StorageError in {c.error_type for c in cands}
+    verdict = agent.decide(result)  # used to raise "choice mode needs at least two candidates"
+    assert verdict.mode == "choice" and verdict.evidence_lines == [2]
+    assert backend.prompts and "SlowDown" in backend.prompts[-1]
+
+
+@pytest.mark.slow
+def test_cli_without_llm_uses_the_examples_on_a_no_rule_log(tmp_path):
+    import yaml
+
+    rules = tmp_path / "rules"
+    subprocess.run(["cp", "-r", str(REPO / "rules"), str(rules)], check=True)
+    storage = rules / "storage.yaml"
+    doc = yaml.safe_load(storage.read_text())
+    doc["rules"] = [r for r in doc["rules"] if r["id"] != "s3-client-error"]
+    storage.write_text(yaml.safe_dump(doc, sort_keys=False))
+    log = tmp_path / "job.log"
+    log.write_text(f"step 1 loss 2.0\n{S3_LINE}\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LOGDX_LLM_BACKEND": "none"}
+    out = subprocess.run([sys.executable, "-m", "app.cli", "diagnose", str(log), "--json", "--rules", str(rules)],
+                         cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    assert (d["decided_by"], d["root_cause"]["error_type"]) == ("retrieval", "S3StorageError")
+    assert d["root_cause"]["evidence"][0]["line"] == 2
