@@ -140,7 +140,7 @@ PICKS = [
     ("[rank1]: subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.", ErrorType.CalledProcessError, Role.CAUSE),
     ("subprocess.CalledProcessError: Command '['/usr/bin/python3', 'train.py']' returned non-zero exit status 1.", ErrorType.ChildFailedError, Role.SYMPTOM),
     ("RuntimeError: DataLoader worker (pid 2256) is killed by signal: Aborted. ", ErrorType.DataloaderKilled, Role.CAUSE),
-    ("RuntimeError: DataLoader worker (pid 2256) is killed by signal: Killed. ", ErrorType.HostOOMKilled, Role.CAUSE),
+    ("RuntimeError: DataLoader worker (pid 2256) is killed by signal: Killed. ", ErrorType.DataloaderKilled, Role.CAUSE),
     ("OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached files", ErrorType.ModelLoadingError, Role.CAUSE),
     ("OSError: [Errno 28] No space left on device", ErrorType.StorageError, Role.CAUSE),
     ("ValueError: Not able to read records in the JSON file at /data/train.json.", ErrorType.DatasetLoadingError, Role.CAUSE),
