@@ -34,5 +34,9 @@ test-fast: $(VENV)/.dev
 serve: $(VENV)/.core
 	$(BIN)/logdx serve
 
+# the speed benchmark (bench/README.md): generates a 500 MB log on first run; BENCH_ARGS="--size-mb 100" for less
+bench: $(VENV)/.core
+	$(BIN)/python bench/bench_compress.py $(BENCH_ARGS)
+
 eval: $(VENV)/.core
 	$(BIN)/python bench/eval_realworld.py

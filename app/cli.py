@@ -100,7 +100,10 @@ class _LazyGroup(click.Group):
     web/database imports."""
 
     lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
-            "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel"}
+            "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel",
+            "demo-data": "app.service_cli:demo_data",
+            "probe": "app.controller.cli:probe", "recover": "app.controller.cli:recover",
+            "watch": "app.controller.cli:watch"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -287,7 +290,39 @@ def rules_explain(line: str, rules_dir: str | None) -> None:
             if hasattr(spec, "error_type") else f"filter {spec.filter.value}"
         click.echo(f"{rule.id} [{rule.source}] {kind} groups={json.dumps(groups)}")
     if not found:
-        click.echo("no rule matches")
+        click.echo("no rule matches: the line is kept (folded into its template with lines of the same shape)")
+        return
+    click.echo(_verdict(rs, line))
+
+
+def _verdict(rs, line: str) -> str:  # noqa: ANN001
+    """Which matching rule decides what happens to LINE, and why (the compressor's own choice)."""
+    from app.core.matcher import MultiMatcher
+
+    hits = MultiMatcher(rs.diagnosis).hits(line)
+    filter_idx = MultiMatcher(rs.filters).first(line)
+    if hits:
+        best = max(hits, key=lambda h: h.rule.priority)  # as the compressor records an event
+        top = [h for h in hits if h.rule.priority == best.rule.priority]
+        why = (f"the highest priority ({best.rule.priority}) of the {len(hits)} matching diagnosis rules"
+               if len(hits) > 1 else "the only matching diagnosis rule")
+        if len(top) > 1:
+            why += f", tied with {', '.join(h.rule.id for h in top[1:])}: the first in load order wins"
+        out = (f"=> wins: {best.rule.id} ({best.rule.spec.error_type.value}): {why}. The line is one "
+               f"{best.rule.spec.error_type.value} event with role {best.rule.spec.role.value}; ranking then "
+               "weighs it against the log's other events (cause > wrapper > symptom, priority, earlier line).")
+        if filter_idx is not None:
+            out += (f" Not dropped although filter {rs.filters[filter_idx].id} matches: a line a diagnosis "
+                    "rule matches is never dropped.")
+        return out
+    rule = rs.filters[filter_idx]
+    out = (f"=> wins: {rule.id} (filter {rule.spec.filter.value}): the first matching filter rule in load "
+           "order, and no diagnosis rule matches, so the line is dropped")
+    if rule.spec.extract:
+        out += "; its named values go to the metric series"
+    if rule.spec.progress:
+        out += "; it marks training progress"
+    return out + "."
 
 
 @rules.command("diff")

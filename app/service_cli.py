@@ -35,6 +35,7 @@ def serve(host: str, port: int, log_level: str) -> None:
     import uvicorn
 
     from app.api.app import create_app
+    from app.api.http_protocol import JsonErrorH11Protocol
     from app.core.rules import RuleError
 
     settings = _settings()
@@ -45,7 +46,7 @@ def serve(host: str, port: int, log_level: str) -> None:
         sys.exit(EXIT_BAD_INPUT)
     # one process: the SQLite worker pool and the chunk locks live in it (see docs/SERVICE.md)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10,
-                proxy_headers=True, log_config=_log_config(log_level))
+                proxy_headers=True, log_config=_log_config(log_level), http=JsonErrorH11Protocol)
 
 
 def _log_config(level: str) -> dict:
@@ -133,7 +134,12 @@ def token_list() -> None:
 
     db = _database(_settings())
     with db.transaction() as session:
-        for row in list_tokens(session=session):
+        rows = list(list_tokens(session=session))
+        if not rows:
+            click.echo("no tokens yet; create one with: logdx token create --role scheduler", err=True)
+            return
+        click.echo("id\trole\tstate\tname\tcreated")
+        for row in rows:
             state = "revoked" if row.revoked_at else "active"
             click.echo(f"{row.id}\t{row.role}\t{state}\t{row.name}\t{row.created_at:%Y-%m-%d}")
 
@@ -154,8 +160,37 @@ def token_revoke(token_id: int) -> None:
     click.echo(f"revoked token {token_id}", err=True)
 
 
+@click.command("demo-data")
+@click.option("--logs", "logs_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Folder with realworld/*.log and sample_job.log (default: the bundled examples/).")
+def demo_data(logs_dir: str | None) -> None:
+    """Load the bundled example logs as diagnosed demo jobs (ids `demo-…`), for a populated UI."""
+    from pathlib import Path
+
+    from app.core.rules import RuleError
+    from app.demo import EXAMPLES, load_demo_data
+    from app.diagnoses.executor import build_pipeline
+    from app.logs.storage import BlobStore
+
+    settings = _settings()
+    root = Path(logs_dir) if logs_dir else EXAMPLES
+    if not (root / "realworld").is_dir() and not (root / "sample_job.log").exists():
+        click.echo(f"logdx: no example logs under {root} (expected realworld/*.log or sample_job.log)", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    try:
+        pipeline = build_pipeline(settings)
+    except RuleError as exc:
+        click.echo(f"logdx: bad rules: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    counts = load_demo_data(db=_database(settings), store=BlobStore(settings), pipeline=pipeline, logs_root=root)
+    click.echo(f"loaded {counts['jobs']} demo jobs ({counts['skipped']} already there), "
+               f"{counts['proposals']} example rule proposal; open http://127.0.0.1:8000/ui/ after `logdx serve`",
+               err=True)
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(serve)
+    cli.add_command(demo_data)
     cli.add_command(worker)
     cli.add_command(token)
 

@@ -32,6 +32,12 @@ class DiagnosisExecutor(StrEnum):
     THREAD = "thread"
 
 
+class ControllerScheduler(StrEnum):
+    LOCAL = "local"
+    SLURM = "slurm"
+    KUBERNETES = "kubernetes"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOGDX_", extra="ignore")
 
@@ -157,10 +163,51 @@ class Settings(BaseSettings):
         description="A gzip/zstd log that expands more than this many times (past its first 256 MiB) "
         "is read no further: a partial diagnosis with a note.",
     )
+    request_body_timeout_s: float = Field(
+        default=60.0, gt=0,
+        description="Seconds a request body may stall (no bytes received) before the request is "
+        "answered 408 and its partial body discarded.",
+    )
     diagnosis_max_attempts: int = Field(
         default=3, ge=1,
         description="Runs a diagnosis may start (restarts and crashed workers re-run it); past this it "
         "is `failed` with the reason instead of being re-queued again.",
+    )
+
+    # restart controller
+    controller_scheduler: ControllerScheduler = Field(
+        default="local",
+        description="Scheduler the restart controller acts through: local (subprocess jobs on this "
+        "machine), slurm (scontrol/srun) or kubernetes (the official client; cordon, pod restart).",
+    )
+    controller_local_nodes: list[str] = Field(
+        default_factory=list,
+        description="Node names of the local scheduler (a single machine or the demo), e.g. "
+        '["n1","n2","n3","n4"]; their probe workers run as local processes.',
+    )
+    slurm_conf: Path | None = Field(
+        default=None, description="slurm.conf for the Slurm adapter; unset: Slurm's own default/SLURM_CONF.",
+    )
+    kube_namespace: str = Field(
+        default="default", description="Namespace of the training jobs' pods for the Kubernetes adapter.",
+    )
+    controller_probe_timeout_s: float = Field(
+        default=30.0, ge=5.0,
+        description="Timeout of one probe group (rendezvous, then the allgather); a group that does not "
+        "report in time has failed.",
+    )
+    controller_probe_port: int = Field(
+        default=0, ge=0, le=65535,
+        description="TCP port of the probe rendezvous store the controller hosts (0: any free port).",
+    )
+    controller_probe_host: str = Field(
+        default="127.0.0.1",
+        description="Address the probe workers reach the controller's rendezvous store at (the "
+        "controller's address on the cluster network for Slurm/Kubernetes).",
+    )
+    recovery_rules: Path | None = Field(
+        default=None,
+        description="Recovery policy file; unset: <rules_dir>/recovery.yaml if present, else the shipped one.",
     )
 
     @model_validator(mode="after")

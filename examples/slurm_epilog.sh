@@ -13,6 +13,9 @@
 #   LOGDX_GPU_COUNT, LOGDX_JOB_STATE, LOGDX_STARTED_AT, LOGDX_ENDED_AT   override sacct
 #   LOGDX_WAIT_S               how long to poll a queued (202) diagnosis (default 120)
 #   LOGDX_RETRIES              curl retries on connection errors (default 3)
+#   LOGDX_RECOVER=1            then ask the restart controller to recover the job (probe, drain,
+#                              requeue from the last complete checkpoint; dry-run until an admin
+#                              enables the cluster: PUT /v1/clusters/NAME/controller)
 #
 # A failing epilog drains the node in Slurm, so this script always exits 0; problems go to stderr.
 set -uo pipefail
@@ -60,7 +63,8 @@ main() {
 
   local body
   body=$(JOB_ID="$job_id" CLUSTER="$cluster" STATE="$state" STARTED="$started" ENDED="$ended" \
-         GPUS="$gpus" HOSTS="$hosts" JOB_USER="${SLURM_JOB_USER:-}" python3 - <<'PY'
+         GPUS="$gpus" HOSTS="$hosts" JOB_USER="${SLURM_JOB_USER:-}" \
+         ATTEMPT="$(( ${SLURM_RESTART_COUNT:-0} + 1 ))" python3 - <<'PY'
 import json, os
 state = os.environ["STATE"].split()[0].lower() if os.environ["STATE"] else ""
 known = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "running", "pending"}
@@ -71,7 +75,7 @@ body = {"cluster": os.environ["CLUSTER"], "external_id": os.environ["JOB_ID"], "
         "started_at": when(os.environ["STARTED"]), "ended_at": when(os.environ["ENDED"]),
         "gpu_count": int(os.environ["GPUS"]) if os.environ["GPUS"].isdigit() else None,
         "hosts": [h for h in os.environ["HOSTS"].split(",") if h],
-        "user": os.environ["JOB_USER"] or None}
+        "user": os.environ["JOB_USER"] or None, "attempt": int(os.environ["ATTEMPT"])}
 print(json.dumps({k: v for k, v in body.items() if v not in (None, [])}))
 PY
 )
@@ -111,6 +115,18 @@ for ev in rc["evidence"][:3]:
     print(f"  line {ev['line']}: {ev['text'][:200]}")
 print(f"  {act['reason']}")
 PY
+  if [[ "${LOGDX_RECOVER:-0}" == 1 && "$state" != COMPLETED* ]]; then
+    # one key per job attempt: a retried epilog never drains or requeues twice
+    local rec
+    rec=$("${curl[@]}" "${auth[@]}" -X POST -H "Idempotency-Key: slurm-$cluster-$job_id-${SLURM_RESTART_COUNT:-0}" \
+          "$url/v1/jobs/$id/recover") || { echo "logdx epilog: recover failed: $rec" >&2; return 0; }
+    python3 - "$rec" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+mode = "dry-run" if r["dry_run"] else "acted"
+print(f"logdx: recovery {r['id']}: {r['action']} ({mode}, {r['status']}): {r['reason']}")
+PY
+  fi
 }
 
 main "$@" || true

@@ -153,3 +153,27 @@ def test_progress_bar_for_big_plain_and_compressed_files(tmp_path, monkeypatch):
     plain.write_bytes(b"x" * 70 * 1024)
     assert cli_mod._bar_total(str(plain)) == 70 * 1024
     assert cli_mod._bar_total("-") is None
+
+
+def test_rules_explain_says_which_rule_wins_and_why(tmp_path):
+    out = logdx("rules", "explain", "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered")
+    last = out.stdout.decode().strip().splitlines()[-1]
+    assert last.startswith("=> wins: cuda-ecc-uncorrectable (ECCError): the highest priority (95)"), last
+    metric = " iteration      103/  500000 | consumed samples:        52736 | lm loss: 2.224691E+00 | grad norm: 1.198 |"
+    last = logdx("rules", "explain", metric).stdout.decode().strip().splitlines()[-1]
+    assert last.startswith("=> wins: megatron-iteration (filter metric)") and "dropped" in last, last
+    # a tie on priority: the first rule in load order wins, and the filter never drops an error line
+    (tmp_path / "d.yaml").write_text(
+        "kind: diagnosis\nfamily: t\nrules:\n"
+        "  - {id: a-first, error_type: CUDAError, priority: 60, pattern: 'boom', examples: {match: ['boom']}}\n"
+        "  - {id: b-second, error_type: ECCError, priority: 60, pattern: 'boom now', examples: {match: ['boom now']}}\n")
+    (tmp_path / "filters").mkdir()
+    (tmp_path / "filters" / "f.yaml").write_text(
+        "kind: filter\nfamily: t\nrules:\n"
+        "  - {id: f-now, filter: chatter, pattern: 'now', examples: {match: ['now']}}\n")
+    (tmp_path / "policies.yaml").write_text((REPO / "tests/data/rules_min/policies.yaml").read_text())
+    out = logdx("rules", "explain", "boom now", "--rules", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.decode().strip().splitlines()[-1]
+    assert "=> wins: a-first (CUDAError)" in last and "tied with b-second" in last
+    assert "Not dropped although filter f-now matches" in last

@@ -13,17 +13,20 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.actions.router import router as actions_router
-from app.api.body_limit import JsonBodyLimitMiddleware
+from app.api.body_limit import BodyTimeoutMiddleware, JsonBodyLimitMiddleware
 from app.api.deps import Services
+from app.api.docs import ASSETS_PATH, install_docs
 from app.api.errors import install_error_handlers
 from app.api.health import router as health_router
 from app.api.metrics import Metrics, MetricsMiddleware
+from app.controller.router import router as controller_router
 from app.core.pipeline import Pipeline
 from app.db.engine import Database
 from app.db.migrate import upgrade_to_head
 from app.diagnoses.executor import PipelineExecutor, build_pipeline, build_refiner
 from app.diagnoses.router import router as diagnoses_router
 from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
+from app.failures.router import router as failures_router
 from app.jobs.router import router as jobs_router
 from app.labels.case_store import LabelCaseRecorder
 from app.labels.router import router as labels_router
@@ -36,11 +39,12 @@ from app.relabel.tasks import build_queue as build_relabel_queue
 from app.rules_review.router import router as rules_router
 from app.settings import DiagnosisExecutor, Settings
 from app.stats.router import router as stats_router
+from app.web import install_web
 
 log = logging.getLogger("logdx.api")
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs",
-                          "/docs/oauth2-redirect", "/redoc"})
+                          "/docs/oauth2-redirect", "/redoc", ASSETS_PATH})
 
 
 def build_services(settings: Settings, *, pipeline: Pipeline | None = None,
@@ -98,12 +102,17 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
             services.db.dispose()
 
     app = FastAPI(title="logdx", version=__version__, lifespan=lifespan,
-                  description="Diagnoses why LLM training jobs failed, from their logs.")
+                  description="Diagnoses why LLM training jobs failed, from their logs.",
+                  docs_url=None, redoc_url=None)  # served without a CDN: install_docs below
+    install_docs(app)
     app.state.services = services
     install_error_handlers(app)
     for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
-                   rules_router, stats_router, actions_router, relabel_router, rule_impact_router):
+                   rules_router, stats_router, actions_router, relabel_router, rule_impact_router,
+                   failures_router, controller_router):
         app.include_router(router)
+    install_web(app)  # engineers' pages under /ui (after the handlers: it wraps them)
     app.add_middleware(JsonBodyLimitMiddleware)
+    app.add_middleware(BodyTimeoutMiddleware, timeout=settings.request_body_timeout_s)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)
     return app

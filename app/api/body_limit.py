@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import anyio
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -48,3 +49,34 @@ class JsonBodyLimitMiddleware:
             return message
 
         await self.app(scope, limited, send)
+
+
+class BodyTimeoutMiddleware:
+    """A request body that stalls (no bytes for `timeout` seconds) is answered 408 in the one
+    error shape instead of holding a connection, a spool file and a worker thread forever."""
+
+    def __init__(self, app: ASGIApp, timeout: float) -> None:
+        self.app = app
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body_done = False
+
+        async def timed() -> Message:
+            nonlocal body_done
+            if body_done:  # later receives wait for a disconnect: no limit
+                return await receive()
+            try:
+                with anyio.fail_after(self.timeout):
+                    message = await receive()
+            except TimeoutError:
+                raise HTTPException(408, f"the request body stalled: no bytes for {self.timeout:g} s "
+                                         "(LOGDX_REQUEST_BODY_TIMEOUT_S)") from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        await self.app(scope, timed, send)

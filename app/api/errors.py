@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.errors import AppError
 
@@ -17,7 +18,7 @@ log = logging.getLogger("logdx.api")
 
 _HTTP_CODES = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
+    405: "method_not_allowed", 408: "request_timeout", 409: "conflict", 413: "payload_too_large",
     415: "unsupported_media_type", 422: "invalid_input", 429: "too_many_requests",
     503: "unavailable",
 }
@@ -45,20 +46,56 @@ async def _app_error(_: Request, exc: AppError) -> JSONResponse:
     return error_response(exc.status_code, exc.code, exc.message, exc.detail, headers)
 
 
-async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = _jsonable_errors(exc)
     body_problem = any(e["type"] == "json_invalid" for e in errors)
     message = "request body is not valid JSON" if body_problem else "request does not match the schema"
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type and content_type != "application/json" and any(e["loc"][:1] == ["body"] for e in errors):
+        # FastAPI does not parse a JSON body sent as form data (`curl -d` without -H)
+        message = (f"the body must be JSON sent with Content-Type: application/json, not {content_type} "
+                   "(curl -d needs -H 'Content-Type: application/json')")
     return error_response(422, "invalid_input", message, errors)
 
 
-async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+# FastAPI answers a body it cannot decode (invalid UTF-8 in a JSON body) with this 400
+_BODY_PARSE_ERROR = "There was an error parsing the body"
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> set[str]:
+    """Every method some route serves at this path (Starlette names only the first route's)."""
+    allowed = set()
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        for route in request.app.router.routes:
+            try:
+                match, _ = route.matches(scope)
+            except Exception:  # noqa: BLE001 - a route that cannot judge this scope does not match
+                continue
+            if match is Match.FULL:
+                allowed.add(method)
+                break
+    return allowed
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     status = exc.status_code
     code = _HTTP_CODES.get(status, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(status).phrase
+    headers = getattr(exc, "headers", None)
+    if status == 400 and message == _BODY_PARSE_ERROR:
+        return error_response(422, "invalid_input", "request body is not valid JSON (it must be UTF-8)",
+                              [{"loc": ["body"], "msg": "invalid UTF-8 or JSON", "type": "json_invalid"}])
     if status == 404 and message == "Not Found":
         message = "no such route"
-    return error_response(status, code, message, None, getattr(exc, "headers", None))
+    if status == 405:
+        methods = _allowed_methods(request)
+        if methods:
+            headers = {**(headers or {}), "Allow": ", ".join(sorted(methods))}
+    return error_response(status, code, message, None, headers)
 
 
 async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

@@ -20,6 +20,7 @@ def _err(description: str) -> dict:
 
 
 ERRORS = {
+    400: _err("Malformed request (bad header value, body cut off by the client)"),
     401: _err("Missing or invalid token"),
     403: _err("Token role too low"),
     404: _err("Not found"),

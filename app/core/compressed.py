@@ -6,6 +6,7 @@ turns it into the compact text humans and LLMs read.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -268,3 +269,20 @@ def render(log: CompressedLog) -> str:
     return "\n".join(out) + "\n"
 
 
+
+
+SERIES_POINTS = 400  # what a chart needs; the full series stays in the pipeline
+
+
+def series_points(log: CompressedLog, limit: int = SERIES_POINTS) -> list[dict]:
+    """The metric series as plain data, evenly thinned to `limit` points; NaN/inf points are
+    all kept (they are what a reader looks for) and marked, with their value as text."""
+    points = log.metrics
+    if len(points) > limit:
+        stride = len(points) / limit
+        points = [points[int(i * stride)] for i in range(limit)]
+    out = [{"line": p.line, "step": p.step,
+            "values": {k: v for k, v in p.values.items() if math.isfinite(v)}} for p in points]
+    out += [{"line": p.line, "step": p.step, "values": {}, "nan": sorted(p.values)} for p in log.nan_points[:50]]
+    out.sort(key=lambda p: p["line"])
+    return out

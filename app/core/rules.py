@@ -177,7 +177,11 @@ def _check_groups(compiled: regex.Pattern, where: str, pattern: str) -> None:
                         f"allowed: {sorted(GROUP_NAMES)}")
 
 
-def _load_file(path: Path) -> RuleFile:
+# Files of these kinds live in rules/ too but belong to the restart controller, which loads them.
+OTHER_KINDS = frozenset({"recovery", "probes"})
+
+
+def _load_file(path: Path) -> RuleFile | None:
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
     except yaml.YAMLError as exc:
@@ -185,6 +189,8 @@ def _load_file(path: Path) -> RuleFile:
     if not isinstance(raw, dict):
         raise RuleError(f"{path.name}: expected a mapping with kind/family/rules")
     kind = raw.get("kind")
+    if kind in OTHER_KINDS:
+        return None
     model = {"diagnosis": DiagnosisRuleSpec, "filter": FilterRuleSpec, "policy": PolicySpec}.get(kind)
     if model is None:
         raise RuleError(f"{path.name}: kind must be diagnosis, filter or policy, got {kind!r}")
@@ -217,10 +223,12 @@ def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] |
     ruleset = RuleSet()
     seen: dict[str, str] = {}
     for path in paths:
+        rf = _load_file(path)
+        if rf is None:
+            continue
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
         rel = str(path.relative_to(root)) if path.is_relative_to(root) else path.name
         ruleset.files.append(rel)
-        rf = _load_file(path)
         for spec in rf.rules:
             where = f"{rel}: rule {spec.id}"
             if spec.id in seen:

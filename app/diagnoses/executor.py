@@ -19,6 +19,7 @@ from app.core.pipeline import Pipeline
 from app.core.placement import JobPlacement
 from app.diagnoses.refine import LLMRefiner
 from app.diagnoses.scheduler import SlotScheduler
+from app.core.compressed import series_points
 from app.llm.retrieval import failure_signature
 from app.logs.storage import BoundedReader
 from app.settings import DiagnosisExecutor, Settings
@@ -62,7 +63,8 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
             return {"input_error": str(exc)}
     output: dict[str, Any] = {"diagnosis": result.diagnosis.to_json_dict(),
                               "compressed_text": result.compressed.text,
-                              "signature": failure_signature(result)}
+                              "signature": failure_signature(result),
+                              "metrics": series_points(result.compressed)}
     if refiner is not None:
         diagnosis, llm = refiner.review(result, pipeline=pipeline, diagnosis_id=diagnosis_id,
                                         propose_rules=propose_rules)
@@ -179,6 +181,17 @@ class PipelineExecutor:
                               retries=retries - 1, job=job, workers=workers)
 
     def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Stop the pool now. Worker processes are terminated, not waited for (an unfinished
+        diagnosis stays `running` and is re-queued at the next start), then joined, so that the
+        pool's queues and locks are released before the server exits: a server stopped by a
+        signal exits without running finalizers, and multiprocessing would report the pool's
+        semaphores as leaked."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if isinstance(pool, ProcessPoolExecutor):
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            pool.shutdown(wait=False, cancel_futures=True)

@@ -41,6 +41,9 @@ class DiagnosisRow(CreatedAtMixin, Base):
     compressed_log_id: Mapped[int | None] = mapped_column(ForeignKey("compressed_logs.id"))
     # the normalised failure signature (app.llm.retrieval.failure_signature): what a label embeds
     failure_signature: Mapped[str | None] = mapped_column(Text)
+    # app.core.fingerprint of the result: failure groups are a GROUP BY on it
+    fingerprint: Mapped[str | None] = mapped_column(String(16), index=True)
+    rule_id: Mapped[str | None] = mapped_column(String(128), index=True)  # root cause's rule (hit counts)
     # what the LLM agent answered (accepted or not); null when it was not consulted
     llm_verdict: Mapped[dict | None] = mapped_column(JSON)
     llm_calls: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

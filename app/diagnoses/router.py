@@ -79,7 +79,8 @@ async def diagnose_once(request: Request, services: ServicesDep, principal: Sche
     check_content_type(request)
     settings = services.settings
     spooled = await spool_body(request, spool=services.store.new_spool(), limit=settings.max_upload_bytes,
-                               buffer_bytes=settings.upload_chunk_bytes, durable=False)
+                               buffer_bytes=settings.upload_chunk_bytes, durable=False,
+                               max_ratio=settings.max_decompression_ratio)
     try:
         services.metrics.ingested_bytes.labels(kind="one_shot").inc(spooled.check.size)
         big = await anyio.to_thread.run_sync(services.worker.is_big, spooled.path, spooled.check.size)

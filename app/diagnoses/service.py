@@ -10,6 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.core.secrets import redact, redact_obj
+from app.core.fingerprint import fingerprint
+from app.core.types import Diagnosis
 from app.db.base import utcnow
 from app.db.lookup import get_or_404
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
@@ -118,7 +120,7 @@ def complete_diagnosis(*, session: Session, diagnosis_id: int, output: dict[str,
     versions = result.get("versions") or {}
     compressed = CompressedLog(job_log_id=row.job_log_id, log_bytes=row.log_bytes,
                                rules_version=versions.get("rules") or "", text=output["compressed_text"],
-                               stats=result.get("compression") or {})
+                               stats=result.get("compression") or {}, metrics=output.get("metrics"))
     session.add(compressed)
     session.flush()
     root = result["root_cause"]
@@ -132,6 +134,8 @@ def complete_diagnosis(*, session: Session, diagnosis_id: int, output: dict[str,
     row.model_version = versions.get("model")
     row.compressed_log_id = compressed.id
     row.failure_signature = output.get("signature")
+    row.fingerprint = fingerprint(Diagnosis.model_validate(result))
+    row.rule_id = root.get("rule_id")
     llm = output.get("llm")
     if llm:
         row.llm_verdict = llm.get("verdict") or ({"error": llm["error"]} if llm.get("error") else None)

@@ -60,3 +60,39 @@ def list_labelled_cases(*, session: Session, limit: int = 1000) -> list[Labelled
              .where(Label.id.in_(newest)).order_by(Label.id.desc()).limit(limit))
     return [LabelledCase(label.diagnosis_id, job_id, label.error_type, label.category, label.verdict, text)
             for label, job_id, text in session.execute(query)]
+
+
+@dataclass(frozen=True)
+class Agreement:
+    labelled: int  # diagnoses with a human label in the window
+    agreed: int  # ... whose newest label names the diagnosed error type
+    by_decider: dict[str, tuple[int, int]]  # decided_by -> (labelled, agreed)
+
+    @property
+    def rate(self) -> float | None:
+        return self.agreed / self.labelled if self.labelled else None
+
+
+def label_agreement(*, session: Session, since=None, until=None, cluster: str | None = None) -> Agreement:  # noqa: ANN001
+    """How often the diagnoses engineers checked were right (newest label per diagnosis)."""
+    newest = select(func.max(Label.id)).group_by(Label.diagnosis_id).scalar_subquery()
+    query = (select(Label.error_type, DiagnosisRow.error_type, DiagnosisRow.decided_by)
+             .join(DiagnosisRow, DiagnosisRow.id == Label.diagnosis_id)
+             .join(Job, Job.id == DiagnosisRow.job_id).where(Label.id.in_(newest)))
+    when = func.coalesce(Job.ended_at, Job.created_at)
+    if since:
+        query = query.where(when >= since)
+    if until:
+        query = query.where(when < until)
+    if cluster:
+        query = query.where(Job.cluster == cluster)
+    labelled = agreed = 0
+    by: dict[str, list[int]] = {}
+    for label_type, diag_type, decided_by in session.execute(query):
+        ok = int(label_type == diag_type)
+        labelled += 1
+        agreed += ok
+        slot = by.setdefault(decided_by or "rules", [0, 0])
+        slot[0] += 1
+        slot[1] += ok
+    return Agreement(labelled, agreed, {k: (v[0], v[1]) for k, v in sorted(by.items())})

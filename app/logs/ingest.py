@@ -93,13 +93,13 @@ def _close_synced(fh: BinaryIO, check: StreamCheck | None = None, durable: bool 
 
 
 async def spool_body(request: Request, *, spool: Path, limit: int, buffer_bytes: int,
-                     validate: bool = True, durable: bool = True) -> Spooled:
+                     validate: bool = True, durable: bool = True, max_ratio: float | None = None) -> Spooled:
     """Write the whole body to `spool` while hashing and decode-checking it; fsynced when
     `durable` (it will be kept), not for throw-away one-shot bodies."""
     length = declared_length(request)
     if length is not None and length > limit:
         raise _too_large(limit)
-    check = StreamCheck(validate=validate)
+    check = StreamCheck(validate=validate, max_ratio=max_ratio)
     fh = open(spool, "wb", opener=_private)  # noqa: SIM115
     try:
         size = 0
@@ -172,10 +172,12 @@ async def append_body(request: Request, *, path: Path, offset: int, frozen: bool
                       buffer_bytes: int) -> AppendResult:
     """Append the body at `offset` to the append-only file `path` (idempotent by offset)."""
     length = declared_length(request)
-    if length is not None and offset + length > limit:
-        raise _too_large(limit)
+    # a gap is reported first (409 offset_gap with where to resume), whatever the chunk's size
     appender = await anyio.to_thread.run_sync(
         lambda: _Appender(path, offset, frozen=frozen, limit=limit))
+    if length is not None and offset + length > limit:
+        await anyio.to_thread.run_sync(appender.close)
+        raise _too_large(limit)
     received = 0
     try:
         async for piece in _pieces(request, buffer_bytes):

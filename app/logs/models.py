@@ -63,3 +63,5 @@ class CompressedLog(CreatedAtMixin, Base):
     rules_version: Mapped[str] = mapped_column(String(64))
     text: Mapped[str] = mapped_column(Text)
     stats: Mapped[dict] = mapped_column(JSON)
+    # sampled metric series [{line, step, values: {loss, grad_norm, ...}, nan}] for the job page chart
+    metrics: Mapped[list | None] = mapped_column(JSON)

@@ -36,7 +36,8 @@ async def put_log(job_id: ObjectId, request: Request, services: ServicesDep, _: 
     await services.run_db(service.check_attempt, job_id=job_id, attempt=attempt)
     settings = services.settings
     spooled = await spool_body(request, spool=services.store.new_spool(), limit=settings.max_upload_bytes,
-                               buffer_bytes=settings.upload_chunk_bytes)
+                               buffer_bytes=settings.upload_chunk_bytes,
+                               max_ratio=settings.max_decompression_ratio)
     check = spooled.check
     services.metrics.ingested_bytes.labels(kind="upload").inc(check.size)
     try:

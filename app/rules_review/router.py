@@ -58,7 +58,10 @@ def _review(services, rule_id: int, approve: bool, who, body: Review | None) -> 
     return out
 
 
-@router.post("/proposed/{rule_id}/approve", response_model=ProposedRuleOut)
+_ALREADY_REVIEWED = {409: ERRORS[404] | {"description": "The proposal was already approved or rejected"}}
+
+
+@router.post("/proposed/{rule_id}/approve", response_model=ProposedRuleOut, responses=_ALREADY_REVIEWED)
 def approve(rule_id: ObjectId, services: ServicesDep, who: Admin, body: Review | None = None) -> ProposedRuleOut:
     """Approve: the rule is appended to rules/<family>.yaml (after the whole library with it
     loaded from a temporary copy: 422 `invalid_rule` and nothing written otherwise), and the
@@ -66,6 +69,6 @@ def approve(rule_id: ObjectId, services: ServicesDep, who: Admin, body: Review |
     return _review(services, rule_id, True, who, body)
 
 
-@router.post("/proposed/{rule_id}/reject", response_model=ProposedRuleOut)
+@router.post("/proposed/{rule_id}/reject", response_model=ProposedRuleOut, responses=_ALREADY_REVIEWED)
 def reject(rule_id: ObjectId, services: ServicesDep, who: Admin, body: Review | None = None) -> ProposedRuleOut:
     return _review(services, rule_id, False, who, body)

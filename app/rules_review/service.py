@@ -135,3 +135,37 @@ def active_rules(*, ruleset: RuleSet) -> RuleSetOut:
     rules += [RuleOut(id=r.id, kind="filter", source=r.source, pattern=r.spec.pattern,
                       filter=r.spec.filter.value, hint=r.spec.hint) for r in ruleset.filters]
     return RuleSetOut(version=ruleset.version, files=list(ruleset.files), rules=rules)
+
+
+def rule_hits(*, session: Session) -> dict[str, tuple[int, Any]]:
+    """Per rule id: (diagnoses whose root cause it found, when the newest of them finished)."""
+    from sqlalchemy import func
+
+    from app.diagnoses.models import DiagnosisRow
+
+    query = (select(DiagnosisRow.rule_id, func.count(DiagnosisRow.id), func.max(DiagnosisRow.finished_at))
+             .where(DiagnosisRow.rule_id.is_not(None)).group_by(DiagnosisRow.rule_id))
+    return {rule_id: (count, last) for rule_id, count, last in session.execute(query)}
+
+
+TRY_MAX_LINES = 100_000
+
+
+def try_rule(*, pattern: str, text: str, limit: int = 50) -> dict:
+    """Run a pattern over pasted log text: which lines it matches (first `limit`), how many."""
+    try:
+        compiled = compile_pattern(pattern, where="proposed rule")
+    except RuleError as exc:
+        return {"compiles": False, "error": str(exc), "matches": [], "count": 0, "lines": 0}
+    matches: list[tuple[int, str]] = []
+    count = lines = 0
+    for lines, line in enumerate(text.splitlines()[:TRY_MAX_LINES], start=1):
+        try:
+            hit = compiled.search(line, timeout=0.5)
+        except TimeoutError:
+            hit = None
+        if hit:
+            count += 1
+            if len(matches) < limit:
+                matches.append((lines, line[:500]))
+    return {"compiles": True, "error": None, "matches": matches, "count": count, "lines": lines}

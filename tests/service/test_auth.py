@@ -9,6 +9,7 @@ from fastapi.routing import iter_route_contexts
 
 from app.api.app import PUBLIC_PATHS
 from app.auth.models import TokenRole
+from app.web.auth import PREFIX as WEB_PREFIX
 from tests.service.conftest import bearer
 
 
@@ -37,6 +38,8 @@ def _concrete(path: str) -> str:
 def test_every_route_is_public_or_guarded(app, client, tokens):
     checked = 0
     for method, path, route in _routes(app):
+        if path.startswith(WEB_PREFIX + "/"):
+            continue  # pages answer with a sign-in redirect, not 401: tests/web/test_web_auth.py walks them
         role = _required_role(route) if hasattr(route, "dependant") else None
         if path in PUBLIC_PATHS:
             assert role is None, f"{method} {path} is listed public but requires {role}"

@@ -106,3 +106,14 @@ def test_oversized_streamed_json_body_is_413(client, sched):
         yield b'", "external_id": "1"}'
 
     assert_error(client.post("/v1/jobs", content=chunks(), headers={**sched, "Content-Type": "application/json"}), 413)
+
+
+def test_a_form_encoded_body_is_told_to_send_json(client, sched):
+    # what `curl -d 'cluster=a&external_id=1'` (or -d with JSON but no Content-Type) sends
+    for body in ("cluster=a&external_id=1", '{"cluster": "a", "external_id": "1"}'):
+        resp = client.post("/v1/jobs", content=body, headers={**sched, "Content-Type": "application/x-www-form-urlencoded"})
+        err = assert_error(resp, 422, "invalid_input")
+        assert "Content-Type: application/json" in err["message"], err
+    ok = client.post("/v1/jobs", content='{"cluster": "a", "external_id": "1"}',
+                     headers={**sched, "Content-Type": "application/json"})
+    assert ok.status_code == 201

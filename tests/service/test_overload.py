@@ -125,3 +125,25 @@ def test_queued_diagnosis_stays_pending_until_a_worker_takes_it(tmp_path, servic
     finally:
         services.executor.shutdown()
         services.db.dispose()
+
+
+def test_upload_check_stops_decoding_a_bomb(monkeypatch):
+    import zlib
+
+    import zstandard
+
+    from app.logs import codec
+
+    monkeypatch.setattr(codec, "RATIO_FLOOR", 1 << 20)
+    zeros = bytes(1 << 20)
+    gz = zlib.compressobj(6, zlib.DEFLATED, 31)
+    gz_bomb = b"".join(gz.compress(zeros) for _ in range(256)) + gz.flush()
+    zst_bomb = zstandard.ZstdCompressor().compress(zeros * 256)
+    for bomb, decoded in ((gz_bomb, lambda c: c._gz.out), (zst_bomb, lambda c: c._zst_sink.written)):
+        check = codec.StreamCheck(max_ratio=10)
+        for i in range(0, len(bomb), 1 << 20):
+            check.feed(bomb[i:i + (1 << 20)])
+        check.finish()
+        assert check.error is None
+        assert any("expands more than 10x" in w for w in check.warnings)
+        assert decoded(check) < 8 << 20  # not the 256 MiB it expands to

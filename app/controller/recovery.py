@@ -1,0 +1,310 @@
+"""Recovery policy with attempt history: a diagnosis plus what happened before -> a plan.
+
+Pure: no I/O besides loading `rules/recovery.yaml`, no FastAPI or SQLAlchemy. The service layer
+(app/controller/service.py) gathers the facts and the history from the store, calls `plan_recovery`
+and carries the plan out step by step, recording each step in the audit log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from app.core.types import Category, ErrorType, default_category, family_of
+
+RULES_FILE = Path(__file__).resolve().parents[2] / "rules" / "recovery.yaml"
+
+
+class RecoveryAction(StrEnum):
+    ISOLATE_AND_RESTART = "isolate_and_restart"
+    RETRY = "retry"
+    ROLLBACK_AND_SKIP = "rollback_and_skip"
+    CAPTURE_AND_RESTART = "capture_and_restart"
+    NOTIFY_OWNER = "notify_owner"
+    NOTIFY_ADMIN = "notify_admin"
+
+
+RESTARTING = frozenset({RecoveryAction.ISOLATE_AND_RESTART, RecoveryAction.RETRY,
+                        RecoveryAction.ROLLBACK_AND_SKIP, RecoveryAction.CAPTURE_AND_RESTART})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Budget(_Strict):
+    attempts: int = Field(ge=1)
+    window_s: float = Field(gt=0)
+
+
+class Backoff(_Strict):
+    initial_s: float = Field(ge=0)
+    factor: float = Field(ge=1.0)
+    max_s: float = Field(ge=0)
+
+    def delay(self, retry_number: int) -> float:
+        """Delay before the n-th restart (1-based) of the same failure streak."""
+        if retry_number <= 0 or self.initial_s == 0:
+            return 0.0
+        return min(self.max_s, self.initial_s * self.factor ** (retry_number - 1))
+
+
+class RepeatOffender(_Strict):
+    failures: int = Field(ge=1)
+    window_s: float = Field(gt=0)
+
+
+class Breaker(_Strict):
+    max_drain_share: float = Field(gt=0, le=1)
+    window_s: float = Field(gt=0)
+
+
+class Stall(_Strict):
+    factor: float = Field(gt=1)
+    floor_s: float = Field(gt=0)
+    straggler_factor: float = Field(gt=1)
+
+
+class SkipBatches(_Strict):
+    before: int = Field(ge=0)
+    after: int = Field(ge=0)
+
+
+class Defaults(_Strict):
+    same_failure_limit: int = Field(ge=1)
+    budget: Budget
+    backoff: Backoff
+    repeat_offender: RepeatOffender
+    breaker: Breaker
+    stall: Stall
+
+
+class Example(_Strict):
+    error_type: ErrorType
+    category: Category | None = None
+    expect: RecoveryAction | None = None
+    expect_not: RecoveryAction | None = None
+
+
+class RecoveryPolicy(_Strict):
+    id: str
+    error_types: list[ErrorType] = Field(default_factory=list)
+    categories: list[Category] = Field(default_factory=list)
+    families: list[str] = Field(default_factory=list)
+    action: RecoveryAction
+    probe_first: bool = False
+    budget: Budget | None = None
+    backoff: Backoff | None = None
+    escalate: RecoveryAction = RecoveryAction.NOTIFY_ADMIN
+    skip_batches: SkipBatches | None = None
+    reason: str
+    examples: list[Example] = Field(default_factory=list)
+
+    def matches(self, error_type: ErrorType, category: Category) -> bool:
+        return (error_type in self.error_types or category in self.categories
+                or family_of(error_type.value) in self.families)
+
+
+class RecoveryRules(_Strict):
+    kind: str
+    family: str
+    description: str = ""
+    defaults: Defaults
+    policies: list[RecoveryPolicy]
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> RecoveryRules:
+        ids = [p.id for p in self.policies]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"duplicate policy ids: {dupes}")
+        return self
+
+    def policy_for(self, error_type: ErrorType, category: Category) -> RecoveryPolicy:
+        for policy in self.policies:
+            if policy.matches(error_type, category):
+                return policy
+        return _FALLBACK
+
+    def budget(self, policy: RecoveryPolicy) -> Budget:
+        return policy.budget or self.defaults.budget
+
+    def backoff(self, policy: RecoveryPolicy) -> Backoff:
+        return policy.backoff or self.defaults.backoff
+
+
+_FALLBACK = RecoveryPolicy(id="fallback", action=RecoveryAction.NOTIFY_ADMIN,
+                           reason="No recovery policy covers this failure; an administrator should look.")
+
+
+class RecoveryRulesError(ValueError):
+    pass
+
+
+def load_recovery_rules(path: Path | str | None = None) -> RecoveryRules:
+    """Load and check the policy file; a bad file or a failing example raises, naming the file."""
+    path = Path(path or RULES_FILE)
+    try:
+        rules = RecoveryRules.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        raise RecoveryRulesError(f"{path}: {exc}") from exc
+    for policy in rules.policies:
+        for ex in policy.examples:
+            got = rules.policy_for(ex.error_type, ex.category or default_category(ex.error_type)).action
+            if (ex.expect and got != ex.expect) or (ex.expect_not and got == ex.expect_not):
+                raise RecoveryRulesError(
+                    f"{path}: policy {policy.id}: example {ex.error_type.value} gives {got.value}, "
+                    f"expected {ex.expect or 'not ' + str(ex.expect_not)}")
+    return rules
+
+
+# ---------------------------------------------------------------------------------------------
+# facts, history and the plan
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the diagnosis says about this failure."""
+
+    error_type: ErrorType
+    category: Category
+    fingerprint: str
+    suspect_hosts: tuple[str, ...] = ()
+    job_hosts: tuple[str, ...] = ()
+    last_step: int | None = None  # the last training step the failed attempt reached
+    onset_step: int | None = None  # loss spike / non-finite loss onset
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PriorAttempt:
+    """One earlier failure of the same job that the controller handled."""
+
+    fingerprint: str
+    action: RecoveryAction
+    last_step: int | None
+    at: datetime
+
+
+class StepKind(StrEnum):
+    PROBE = "probe"
+    DRAIN = "drain"
+    CAPTURE = "capture"
+    REQUEUE = "requeue"
+    NOTIFY = "notify"
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: StepKind
+    reason: str
+    hosts: tuple[str, ...] = ()
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    action: RecoveryAction
+    policy_id: str
+    reason: str
+    steps: tuple[Step, ...]
+    restart: bool
+    retry_number: int  # 1 for the first restart of a streak
+    delay_s: float = 0.0
+    stopped: str | None = None  # why restarting stopped (budget, same failure), when it did
+    repeat_offenders: tuple[str, ...] = ()
+
+
+def _progressed(now_step: int | None, then_step: int | None) -> bool:
+    return now_step is not None and then_step is not None and now_step > then_step
+
+
+def streak(facts: Facts, history: list[PriorAttempt], *, since: datetime) -> tuple[int, int]:
+    """(restarts, same-fingerprint restarts) since the last training progress, newest first.
+
+    Training progress between an earlier failure and this one resets both counts: a job that
+    fails now and then while it keeps training is worth restarting; one that fails at the same
+    place every time is not. The same-fingerprint count stops at the first different failure.
+    """
+    restarts = same = 0
+    same_run = True
+    for prior in sorted(history, key=lambda p: p.at, reverse=True):
+        if prior.at < since or _progressed(facts.last_step, prior.last_step):
+            break
+        if prior.action not in RESTARTING:
+            continue
+        restarts += 1
+        if same_run and prior.fingerprint == facts.fingerprint:
+            same += 1
+        else:
+            same_run = False
+    return restarts, same
+
+
+def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict[str, int],
+                  rules: RecoveryRules, *, now: datetime) -> Plan:
+    """The recovery for this failure given the job's history and the hosts' records.
+
+    `host_failures` counts, per host, the infrastructure failures (any job, within the repeat-
+    offender window) that named the host before this one.
+    """
+    policy = rules.policy_for(facts.error_type, facts.category)
+    budget = rules.budget(policy)
+    limit = rules.defaults.same_failure_limit
+    restarts, same = streak(facts, history, since=now - timedelta(seconds=budget.window_s))
+    notify = Step(StepKind.NOTIFY, policy.reason, params={
+        "to": "owner" if policy.action is RecoveryAction.NOTIFY_OWNER else "admin",
+        "error_type": facts.error_type.value, "evidence": list(facts.evidence[:5])})
+
+    if policy.action not in RESTARTING:
+        return Plan(policy.action, policy.id, policy.reason, (notify,), restart=False, retry_number=0)
+
+    stopped = None
+    if same + 1 >= limit:
+        stopped = (f"the same failure ({facts.fingerprint}) {same + 1} times in a row without "
+                   f"training progress (limit {limit})")
+    elif restarts + 1 > budget.attempts:
+        stopped = (f"retry budget spent: {restarts} restarts within {budget.window_s:.0f} s "
+                   f"without training progress (budget {budget.attempts})")
+    if stopped:
+        esc = Step(StepKind.NOTIFY, f"stopped restarting: {stopped}", params={
+            "to": "owner" if policy.escalate is RecoveryAction.NOTIFY_OWNER else "admin",
+            "error_type": facts.error_type.value, "evidence": list(facts.evidence[:5])})
+        return Plan(policy.escalate, policy.id, policy.reason, (esc,), restart=False,
+                    retry_number=restarts + 1, stopped=stopped)
+
+    steps: list[Step] = []
+    offenders: tuple[str, ...] = ()
+    retry_number = restarts + 1
+    if facts.category is Category.INFRASTRUCTURE:
+        threshold = rules.defaults.repeat_offender.failures
+        offenders = tuple(sorted(h for h in facts.suspect_hosts
+                                 if host_failures.get(h, 0) + 1 >= threshold))
+    if policy.probe_first and facts.job_hosts:
+        suspects = [h for h in facts.suspect_hosts if h in facts.job_hosts]
+        steps.append(Step(StepKind.PROBE, "find the faulty node with the two-round allgather test",
+                          hosts=facts.job_hosts, params={"suspects": suspects}))
+    if offenders:
+        steps.append(Step(StepKind.DRAIN, f"repeat offender: named by {threshold} or more "
+                          "infrastructure failures within the window", hosts=offenders,
+                          params={"source": "repeat_offender"}))
+    if policy.probe_first and facts.job_hosts:
+        steps.append(Step(StepKind.DRAIN, "failed the node probe", params={"source": "probe"}))
+    if policy.action is RecoveryAction.CAPTURE_AND_RESTART:
+        steps.append(Step(StepKind.CAPTURE, "record the last progress and stack dumps before restarting",
+                          hosts=facts.job_hosts, params={"last_step": facts.last_step}))
+    delay = rules.backoff(policy).delay(retry_number)
+    requeue: dict = {"delay_s": delay, "before_step": facts.last_step}
+    if policy.action is RecoveryAction.ROLLBACK_AND_SKIP and facts.onset_step is not None:
+        skip = policy.skip_batches or SkipBatches(before=0, after=0)
+        requeue["before_step"] = facts.onset_step
+        requeue["skip"] = [max(0, facts.onset_step - skip.before), facts.onset_step + skip.after]
+    steps.append(Step(StepKind.REQUEUE, f"restart (attempt {retry_number} of {budget.attempts})",
+                      params=requeue))
+    return Plan(policy.action, policy.id, policy.reason, tuple(steps), restart=True,
+                retry_number=retry_number, delay_s=delay, repeat_offenders=offenders)

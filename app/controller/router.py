@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Path
+
+from app.api.deps import Admin, DbDep, Engineer, Scheduler, ServicesDep
+from app.api.openapi import ERRORS
+from app.controller import store
+from app.controller.schemas import (
+    ClusterControlIn, ClusterControlOut, ProbeList, ProbeOut, ProbeRequest, RecoveryList, RecoveryOut,
+    RecoverRequest,
+)
+from app.controller.service import Controller
+from app.errors import InvalidInput, NotFound
+from app.jobs.service import get_job
+from app.schemas_common import _NO_CONTROL, ObjectId
+
+ClusterName = Annotated[str, Path(min_length=1, max_length=128, pattern=_NO_CONTROL, description="Cluster name")]
+
+router = APIRouter(tags=["controller"], responses=ERRORS)
+
+
+def get_controller(services: ServicesDep) -> Controller:
+    """Built on first use: a server that never recovers never loads the recovery policy."""
+    controller = getattr(services, "controller", None)
+    if controller is None:
+        from app.controller.factory import build_controller
+
+        controller = build_controller(services.settings, services.db)
+        services.controller = controller
+    return controller
+
+
+ControllerDep = Annotated[Controller, Depends(get_controller)]
+
+
+def _recovery_out(row) -> RecoveryOut:  # noqa: ANN001
+    return RecoveryOut.model_validate(row, from_attributes=True)
+
+
+def _probe_out(row) -> ProbeOut:  # noqa: ANN001
+    return ProbeOut.model_validate(row, from_attributes=True)
+
+
+@router.post("/v1/jobs/{job_id}/recover", response_model=RecoveryOut)
+def recover(job_id: ObjectId, controller: ControllerDep, principal: Scheduler, body: RecoverRequest | None = None,
+            idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200, pattern=_NO_CONTROL)] = None,
+            ) -> RecoveryOut:
+    """Plan and carry out the recovery of the job's failure (dry-run unless the cluster is
+    enabled). Synchronous: a probe takes up to a few timeouts. A repeated request with the same
+    idempotency key (default: job + diagnosis) returns the first run and acts no more."""
+    body = body or RecoverRequest()
+    run = controller.recover(job_id=job_id, actor=f"api:{principal.name}", diagnosis_id=body.diagnosis_id,
+                             idempotency_key=body.idempotency_key or idempotency_key,
+                             checkpoint_dir=body.checkpoint_dir, dry_run=body.dry_run)
+    return _recovery_out(run)
+
+
+@router.get("/v1/jobs/{job_id}/recoveries", response_model=RecoveryList)
+def list_recoveries(job_id: ObjectId, db: DbDep, _: Engineer) -> RecoveryList:
+    """The job's recovery history: one run per handled failure, with its plan and outcome."""
+    with db.transaction() as session:
+        get_job(session=session, job_id=job_id)
+        return RecoveryList(items=[_recovery_out(r) for r in store.list_runs(session=session, job_id=job_id)])
+
+
+@router.get("/v1/jobs/{job_id}/probes", response_model=ProbeList)
+def list_job_probes(job_id: ObjectId, db: DbDep, _: Engineer) -> ProbeList:
+    with db.transaction() as session:
+        get_job(session=session, job_id=job_id)
+        return ProbeList(items=[_probe_out(r) for r in store.list_probes(session=session, job_id=job_id)])
+
+
+@router.get("/v1/probes", response_model=ProbeList)
+def list_probes(db: DbDep, _: Engineer) -> ProbeList:
+    """The newest probe runs (50)."""
+    with db.transaction() as session:
+        return ProbeList(items=[_probe_out(r) for r in store.list_probes(session=session)])
+
+
+@router.post("/v1/probes", response_model=ProbeOut, status_code=201)
+def run_probe(body: ProbeRequest, controller: ControllerDep, db: DbDep, _: Admin) -> ProbeOut:
+    """Run the two-round allgather probe on the given nodes now and store the result."""
+    scheduler = controller.scheduler_for(None)
+    known = scheduler.nodes()
+    unknown = sorted(set(body.hosts) - set(known))
+    if unknown:
+        raise InvalidInput(f"hosts unknown to the {scheduler.name} scheduler: {unknown[:10]}",
+                           detail={"unknown": unknown[:100]})
+    if controller.prober is None:
+        raise NotFound("no prober is configured")
+    report = controller.prober(scheduler, list(dict.fromkeys(body.hosts)), suspects=body.suspects)
+    with db.transaction() as session:
+        if body.job_id is not None:
+            get_job(session=session, job_id=body.job_id)
+        return _probe_out(store.save_probe(session=session, cluster=body.cluster, job_id=body.job_id,
+                                           hosts=body.hosts, report=report))
+
+
+@router.get("/v1/clusters/{cluster}/controller", response_model=ClusterControlOut)
+def get_cluster_control(cluster: ClusterName, db: DbDep, _: Engineer) -> ClusterControlOut:
+    with db.transaction() as session:
+        row = store.cluster_control(session=session, cluster=cluster)
+        if row is None:
+            raise NotFound(f"cluster {cluster!r} has no controller settings (actions disabled: dry-run)",
+                           detail={"cluster": cluster})
+        return ClusterControlOut.model_validate(row, from_attributes=True)
+
+
+@router.put("/v1/clusters/{cluster}/controller", response_model=ClusterControlOut)
+def put_cluster_control(cluster: ClusterName, body: ClusterControlIn, db: DbDep, principal: Admin) -> ClusterControlOut:
+    """Enable (or disable) real controller actions on a cluster; until then every recovery is a dry run."""
+    with db.transaction() as session:
+        row = store.set_cluster_control(session=session, cluster=cluster, actions_enabled=body.actions_enabled,
+                                        actor=f"api:{principal.name}", node_count=body.node_count)
+        return ClusterControlOut.model_validate(row, from_attributes=True)

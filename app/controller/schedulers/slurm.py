@@ -1,0 +1,119 @@
+"""Slurm through its own commands (scontrol, srun): drain/resume a node with a reason, requeue a
+job without some nodes, read job and node state, launch probe workers with srun.
+
+`scontrol show ... -o` prints one record per line as `Key=Value` pairs separated by spaces, but
+values may contain spaces (Reason, Comment, Command, WorkDir): a value runs until the next
+` Key=` whose key looks like a Slurm field name. Slurm holds a requeued batch job for about two
+minutes (its begin time is pushed back); the adapter resets the start time unless a backoff
+delay asks for a later one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+
+from app.controller.schedulers.base import JobInfo, NodeInfo, RestartSpec, SchedulerError
+
+_KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
+CKPT_COMMENT = re.compile(r"logdx_ckpt=(\S+)")
+
+
+def parse_record(line: str) -> dict[str, str]:
+    """One `scontrol show -o` record as a dict (values keep their inner spaces)."""
+    matches = list(_KEY.finditer(line))
+    out: dict[str, str] = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out.setdefault(m.group(1), line[m.end():end].strip())
+    return out
+
+
+class SlurmScheduler:
+    name = "slurm"
+
+    def __init__(self, *, conf: str | None = None, timeout_s: float = 30.0, probe_time_limit: str = "5") -> None:
+        self.env = {**os.environ, **({"SLURM_CONF": conf} if conf else {})}
+        self.timeout_s = timeout_s
+        self.probe_time_limit = probe_time_limit
+
+    def _run(self, *argv: str) -> str:
+        try:
+            proc = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=self.timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SchedulerError(f"{' '.join(argv)}: {exc}") from exc
+        if proc.returncode != 0:
+            raise SchedulerError(f"{' '.join(argv)}: exit {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:500]}")
+        return proc.stdout
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        if not nodelist or nodelist in ("(null)", "None"):
+            return []
+        return self._run("scontrol", "show", "hostnames", nodelist).split()
+
+    def job(self, job_id: str) -> JobInfo:
+        lines = [ln for ln in self._run("scontrol", "show", "job", "-o", str(job_id)).splitlines() if ln.strip()]
+        if not lines:
+            raise SchedulerError(f"no Slurm job {job_id}")
+        rec = parse_record(lines[0])
+        nodes = rec.get("NodeList", "")
+        if nodes in ("", "(null)"):
+            nodes = rec.get("BatchHost", "")
+        ckpt = CKPT_COMMENT.search(rec.get("Comment", ""))
+        return JobInfo(job_id=str(job_id), state=rec.get("JobState", "UNKNOWN").upper(),
+                       nodes=tuple(self.hostnames(nodes)), workdir=rec.get("WorkDir"),
+                       checkpoint_dir=ckpt.group(1) if ckpt else None,
+                       restarts=int(rec.get("Restarts", "0") or 0), raw=rec)
+
+    def nodes(self) -> dict[str, NodeInfo]:
+        out = {}
+        for line in self._run("scontrol", "show", "node", "-o").splitlines():
+            if not line.strip():
+                continue
+            rec = parse_record(line)
+            reason = rec.get("Reason")
+            out[rec["NodeName"]] = NodeInfo(rec["NodeName"], rec.get("State", "UNKNOWN").upper(),
+                                            reason if reason not in (None, "(null)", "") else None)
+        return out
+
+    def drain(self, node: str, *, reason: str) -> None:
+        self._run("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
+
+    def resume(self, node: str, *, reason: str) -> None:
+        self._run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+    def requeue(self, job_id: str, *, restart: RestartSpec, delay_s: float = 0.0) -> None:
+        info = self.job(job_id)
+        if info.state not in ("PENDING", "REQUEUED"):
+            self._run("scontrol", "requeue", str(job_id))
+        excluded = set(self.hostnames(info.raw.get("ExcNodeList", ""))) | set(restart.exclude)
+        updates = [f"JobId={job_id}"]
+        if excluded:
+            updates.append(f"ExcNodeList={','.join(sorted(excluded))}")
+        start = "now" if delay_s <= 0 else f"now+{int(round(delay_s))}"
+        updates.append(f"StartTime={start}")
+        self._run("scontrol", "update", *updates)
+
+    def stack_dump(self, job_id: str, *, timeout_s: float = 60.0) -> dict[str, str]:
+        """py-spy dumps of the job's processes on each node (`scontrol listpids` there), through an
+        overlapping step of the job itself."""
+        info = self.job(job_id)
+        if info.state != "RUNNING":
+            return {}
+        script = ('for p in $(scontrol listpids "$SLURM_JOB_ID" 2>/dev/null | awk \'NR>1 && $1 ~ /^[0-9]+$/ {print $1}\'); '
+                  'do py-spy dump --pid "$p" 2>/dev/null; done')
+        out = {}
+        for node in info.nodes:
+            try:
+                out[node] = self._run("srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1", "-w", node,
+                                      "sh", "-c", script)[-20000:]
+            except SchedulerError as exc:
+                out[node] = f"no dump: {exc}"
+        return out
+
+    def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
+        return ["srun", "-N", str(len(nodes)), "-w", ",".join(nodes), "--ntasks-per-node=1",
+                "--kill-on-bad-exit=1", "-J", "logdx-probe", f"--time={self.probe_time_limit}",
+                "--export=ALL", *argv]

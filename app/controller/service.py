@@ -1,0 +1,308 @@
+"""The restart controller: a diagnosis in, the right recovery out, every step in the audit log.
+
+`Controller.recover` is a reconcile step: it reads the stored state (job, diagnosis, history,
+host incidents, the cluster's switch), plans with the pure policy (app/controller/recovery.py)
+and carries the plan out step by step (probe, drain, capture, requeue, notify), recording each
+step before and after in `controller_actions`. Dry-run (the default until an admin enables a
+cluster) runs the same code with the scheduler recording instead of acting.
+
+Safety: one controller action per job at a time (a lock row), an idempotency key per request (a
+retried webhook gets the first run back), and a breaker that refuses to drain more than a share
+of a cluster's nodes within a window.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from sqlalchemy import select
+
+from app.actions.service import finish_action, record_action
+from app.controller import store
+from app.controller.checkpoints import choose_checkpoint
+from app.controller.models import RecoveryRun
+from app.controller.probe_plan import ProbeReport
+from app.controller.recovery import Facts, Plan, RecoveryRules, Step, StepKind, plan_recovery
+from app.controller.schedulers.base import RecordingScheduler, RestartSpec, Scheduler
+from app.core.fingerprint import fingerprint
+from app.core.types import Category, Diagnosis, ErrorType
+from app.db.base import utcnow
+from app.db.engine import Database
+from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
+from app.errors import BadRequest, Conflict
+from app.jobs.models import Job
+from app.jobs.service import get_job
+
+
+class Prober(Protocol):
+    def __call__(self, scheduler: Scheduler, hosts: Sequence[str], *, suspects: Sequence[str]) -> ProbeReport: ...
+
+
+_STEP_RX = re.compile(r"(?:iteration|step|iter)\s*[:=]?\s*(\d+)", re.IGNORECASE)
+
+
+def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str]) -> Facts:
+    rc = diagnosis.root_cause
+    onset = None
+    if rc.error_type in (ErrorType.LossSpike, ErrorType.NaNLoss):
+        for ev in rc.evidence:
+            m = _STEP_RX.search(ev.text)
+            if m:
+                onset = int(m.group(1))
+                break
+    last = diagnosis.last_progress.step if diagnosis.last_progress else None
+    suspects = list(diagnosis.action.suspect_hosts) + [e.host for e in rc.evidence if e.host]
+    return Facts(error_type=rc.error_type, category=rc.category, fingerprint=fingerprint(diagnosis),
+                 suspect_hosts=tuple(dict.fromkeys(suspects)), job_hosts=tuple(job_hosts),
+                 last_step=last, onset_step=onset if onset is not None else (last if rc.error_type in (
+                     ErrorType.LossSpike, ErrorType.NaNLoss) else None),
+                 evidence=tuple(e.text for e in rc.evidence))
+
+
+class Controller:
+    def __init__(self, *, db: Database, rules: RecoveryRules, scheduler_for: Callable[[Job], Scheduler],
+                 prober: Prober | None = None, clock: Callable[[], datetime] = utcnow,
+                 lock_ttl_s: float = 1800.0, holder: str | None = None) -> None:
+        self.db = db
+        self.rules = rules
+        self.scheduler_for = scheduler_for
+        self.prober = prober
+        self.clock = clock
+        self.lock_ttl_s = lock_ttl_s
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
+
+    # -- entry point ---------------------------------------------------------------------------
+    def recover(self, *, job_id: int, actor: str, diagnosis_id: int | None = None,
+                idempotency_key: str | None = None, checkpoint_dir: str | None = None,
+                dry_run: bool | None = None) -> RecoveryRun:
+        """Plan and carry out the recovery of the job's failure. `dry_run=None`: the cluster's
+        switch decides; True forces a dry run; False is refused unless the cluster is enabled."""
+        with self.db.transaction() as session:
+            job = get_job(session=session, job_id=job_id)
+            row = self._diagnosis(session, job, diagnosis_id)
+            key = idempotency_key or f"job:{job.id}:diagnosis:{row.id}"
+            existing = store.run_by_key(session=session, key=key)
+            if existing is not None:
+                return existing
+            control = store.cluster_control(session=session, cluster=job.cluster)
+            enabled = bool(control and control.actions_enabled)
+            if dry_run is False and not enabled:
+                raise Conflict(f"actions are not enabled for cluster {job.cluster!r}; an admin must enable them",
+                               detail={"cluster": job.cluster})
+            if not store.take_lock(session=session, job_id=job.id, holder=self.holder,
+                                   now=self.clock(), ttl_s=self.lock_ttl_s):
+                raise Conflict(f"another controller action is in progress for job {job.id}",
+                               detail={"job_id": job.id})
+        try:
+            return self._recover_locked(job_id=job_id, diagnosis_row_id=row.id, key=key, actor=actor,
+                                        checkpoint_dir=checkpoint_dir,
+                                        dry_run=(not enabled) if dry_run is None else dry_run)
+        finally:
+            with self.db.transaction() as session:
+                store.release_lock(session=session, job_id=job_id, holder=self.holder)
+
+    @staticmethod
+    def _diagnosis(session, job: Job, diagnosis_id: int | None) -> DiagnosisRow:  # noqa: ANN001
+        query = select(DiagnosisRow).where(DiagnosisRow.job_id == job.id, DiagnosisRow.status == DiagnosisStatus.DONE)
+        if diagnosis_id is not None:
+            query = query.where(DiagnosisRow.id == diagnosis_id)
+        row = session.scalars(query.order_by(DiagnosisRow.id.desc())).first()
+        if row is None or not row.result:
+            raise BadRequest(f"job {job.id} has no finished diagnosis" + (f" {diagnosis_id}" if diagnosis_id else ""),
+                             detail={"job_id": job.id, "diagnosis_id": diagnosis_id})
+        return row
+
+    # -- plan ------------------------------------------------------------------------------------
+    def _recover_locked(self, *, job_id: int, diagnosis_row_id: int, key: str, actor: str,
+                        checkpoint_dir: str | None, dry_run: bool) -> RecoveryRun:
+        now = self.clock()
+        with self.db.transaction() as session:
+            job = get_job(session=session, job_id=job_id)
+            row = session.get(DiagnosisRow, diagnosis_row_id)
+            diagnosis = Diagnosis.model_validate(row.result)
+            facts = facts_from(diagnosis, job.host_names)
+            window = self.rules.defaults.repeat_offender.window_s
+            counts = store.host_failures(session=session, cluster=job.cluster, hosts=list(facts.suspect_hosts),
+                                         since=now - timedelta(seconds=window))
+            plan = plan_recovery(facts, store.history(session=session, job_id=job.id, dry_run=dry_run), counts,
+                                 self.rules, now=now)
+            run = RecoveryRun(job_id=job.id, diagnosis_id=row.id, idempotency_key=key,
+                              fingerprint=facts.fingerprint, error_type=facts.error_type.value,
+                              action=plan.action.value, policy_id=plan.policy_id, last_step=facts.last_step,
+                              retry_number=plan.retry_number, dry_run=dry_run,
+                              status="running" if plan.restart else "stopped" if plan.stopped else "done",
+                              reason=plan.stopped or plan.reason, plan=_plan_json(plan), outcome={})
+            session.add(run)
+            if facts.category is Category.INFRASTRUCTURE and facts.suspect_hosts:
+                store.add_incidents(session=session, cluster=job.cluster, hosts=list(facts.suspect_hosts),
+                                    job_id=job.id, fingerprint=facts.fingerprint, error_type=facts.error_type.value)
+            session.flush()
+            decide = record_action(session=session, job_id=job.id, kind="decide", actor=actor, dry_run=dry_run,
+                                   diagnosis_id=row.id, params={"run_id": run.id, **_plan_json(plan)})
+            finish_action(session=session, action_id=decide.id, status="done",
+                          result={"reason": plan.stopped or plan.reason})
+            run_id, cluster, external_id = run.id, job.cluster, job.external_id
+            node_count = store.cluster_control(session=session, cluster=cluster)
+            node_count = node_count.node_count if node_count else None
+
+        real = self.scheduler_for_job(job_id)
+        scheduler: Scheduler = RecordingScheduler(real) if dry_run else real
+        ctx = _StepContext(job_id=job_id, diagnosis_id=diagnosis_row_id, run_id=run_id, cluster=cluster,
+                           external_id=external_id, actor=actor, dry_run=dry_run, facts=facts, plan=plan,
+                           checkpoint_dir=checkpoint_dir, node_count=node_count)
+        status = "done" if plan.restart or not plan.stopped else "stopped"
+        try:
+            for step in plan.steps:
+                self._step(ctx, scheduler, step)
+        except Exception as exc:
+            status = "failed"
+            ctx.outcome["error"] = f"{type(exc).__name__}: {exc}"
+        with self.db.transaction() as session:
+            run = session.get(RecoveryRun, run_id)
+            run.status = status
+            run.outcome = {**ctx.outcome, "commands": getattr(scheduler, "commands", [])}
+            return run
+
+    def scheduler_for_job(self, job_id: int) -> Scheduler:
+        with self.db.transaction() as session:
+            return self.scheduler_for(get_job(session=session, job_id=job_id))
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _audit(self, ctx: _StepContext, kind: str, params: dict, fn: Callable[[], dict]) -> dict:
+        """Record the step, run it, record how it ended (a failure is recorded, then re-raised)."""
+        with self.db.transaction() as session:
+            action_id = record_action(session=session, job_id=ctx.job_id, kind=kind, actor=ctx.actor,
+                                      dry_run=ctx.dry_run, diagnosis_id=ctx.diagnosis_id,
+                                      params={"run_id": ctx.run_id, **params}).id
+        try:
+            result = fn()
+        except Exception as exc:
+            with self.db.transaction() as session:
+                finish_action(session=session, action_id=action_id, status="failed",
+                              result={"error": f"{type(exc).__name__}: {exc}"})
+            raise
+        status = result.pop("_status", "done")
+        with self.db.transaction() as session:
+            finish_action(session=session, action_id=action_id, status=status, result=result)
+        return result
+
+    def _step(self, ctx: _StepContext, scheduler: Scheduler, step: Step) -> None:
+        if step.kind is StepKind.PROBE:
+            self._audit(ctx, "probe", {"hosts": list(step.hosts), "reason": step.reason, **step.params},
+                        lambda: self._probe(ctx, scheduler, step))
+        elif step.kind is StepKind.DRAIN:
+            hosts = list(step.hosts) or list(ctx.outcome.get("probe", {}).get("faulty", []))
+            for host in hosts:
+                if host in ctx.drained:
+                    continue
+                ctx.exclude.append(host)
+                self._audit(ctx, "drain", {"host": host, "reason": step.reason, **step.params},
+                            lambda host=host: self._drain(ctx, scheduler, host, step.reason))
+        elif step.kind is StepKind.CAPTURE:
+            self._audit(ctx, "capture", {"hosts": list(step.hosts), "reason": step.reason},
+                        lambda: self._capture(ctx, scheduler))
+        elif step.kind is StepKind.REQUEUE:
+            self._audit(ctx, "requeue", {"reason": step.reason, **step.params},
+                        lambda: self._requeue(ctx, scheduler, step))
+        elif step.kind is StepKind.NOTIFY:
+            self._audit(ctx, "notify", {"reason": step.reason, **step.params},
+                        lambda: {"notified": step.params.get("to"), "message": step.reason})
+
+    def _capture(self, ctx: _StepContext, scheduler: Scheduler) -> dict:
+        """Evidence of a hang before the restart kills it: the last progress and stack dumps."""
+        result: dict = {"last_step": ctx.facts.last_step, "evidence": list(ctx.facts.evidence[:5])}
+        dump = getattr(scheduler, "stack_dump", None)
+        if dump is None:
+            result["stack_dumps"] = f"not taken: the {scheduler.name} scheduler cannot run py-spy on the job"
+            return result
+        try:
+            result["stack_dumps"] = dump(ctx.external_id) or "not taken: the job is not running"
+        except Exception as exc:  # noqa: BLE001 - a failed dump must not stop the restart
+            result["stack_dumps"] = f"not taken: {type(exc).__name__}: {exc}"
+        return result
+
+    def _probe(self, ctx: _StepContext, scheduler: Scheduler, step: Step) -> dict:
+        if self.prober is None:
+            ctx.outcome["probe"] = {"verdict": "not_run"}
+            return {"_status": "skipped", "why": "no prober is configured"}
+        nodes = scheduler.nodes()
+        # nodes drained earlier (an earlier attempt's bad node) are not probed again
+        hosts = [h for h in step.hosts if h in nodes and not nodes[h].drained]
+        if len(hosts) < 2 and not [n for n in nodes if n not in hosts]:
+            ctx.outcome["probe"] = {"verdict": "not_run"}
+            return {"_status": "skipped", "why": f"nothing to probe: job hosts {list(step.hosts)[:10]} are "
+                    f"unknown to the {scheduler.name} scheduler or drained"}
+        report = self.prober(scheduler, hosts, suspects=step.params.get("suspects", []))
+        with self.db.transaction() as session:
+            probe = store.save_probe(session=session, cluster=ctx.cluster, job_id=ctx.job_id,
+                                     hosts=hosts, report=report)
+        ctx.outcome["probe"] = {"id": probe.id, "verdict": report.verdict.value, "faulty": report.faulty,
+                                "slow": report.slow}
+        return {"probe_id": probe.id, "verdict": report.verdict.value, "faulty": report.faulty,
+                "slow": report.slow, "reason": report.reason, "duration_s": round(report.duration_s, 3)}
+
+    def _drain(self, ctx: _StepContext, scheduler: Scheduler, host: str, reason: str) -> dict:
+        nodes = scheduler.nodes()
+        if host in nodes and nodes[host].drained:
+            ctx.drained.add(host)
+            return {"_status": "skipped", "why": f"{host} is already {nodes[host].state}"}
+        breaker = self.rules.defaults.breaker
+        total = ctx.node_count or len(nodes)
+        with self.db.transaction() as session:
+            recent = store.drained_hosts(session=session, cluster=ctx.cluster,
+                                         since=self.clock() - timedelta(seconds=breaker.window_s))
+        allowed = int(total * breaker.max_drain_share)
+        if len(recent | ctx.drained | {host}) > allowed:
+            ctx.outcome.setdefault("breaker", []).append(host)
+            return {"_status": "refused",
+                    "why": f"circuit breaker: draining {host} would make {len(recent | ctx.drained) + 1} of "
+                           f"{total} nodes drained within {breaker.window_s:.0f} s (limit "
+                           f"{breaker.max_drain_share:.0%} = {allowed}); an admin must look"}
+        scheduler.drain(host, reason=f"logdx: {reason} (job {ctx.external_id})"[:200])
+        ctx.drained.add(host)
+        ctx.outcome.setdefault("drained", []).append(host)
+        return {"drained": host}
+
+    def _requeue(self, ctx: _StepContext, scheduler: Scheduler, step: Step) -> dict:
+        info = scheduler.job(ctx.external_id)
+        ckpt_dir = ctx.checkpoint_dir or info.checkpoint_dir
+        before = step.params.get("before_step")
+        choice = choose_checkpoint(ckpt_dir, before_step=before) if ckpt_dir else None
+        skip = step.params.get("skip")
+        spec = RestartSpec(checkpoint=choice.path if choice else None,
+                           checkpoint_step=choice.step if choice else None,
+                           skip_batches=tuple(skip) if skip else None,
+                           exclude=tuple(dict.fromkeys(ctx.exclude)), reason=ctx.plan.reason)
+        if not ctx.dry_run and info.workdir:
+            spec.write(info.workdir)
+        scheduler.requeue(ctx.external_id, restart=spec, delay_s=float(step.params.get("delay_s") or 0.0))
+        ctx.outcome["restart"] = {**asdict(spec), "delay_s": step.params.get("delay_s", 0.0)}
+        return {"checkpoint": spec.checkpoint, "checkpoint_step": spec.checkpoint_step,
+                "skip_batches": skip, "exclude": list(spec.exclude), "job_state_before": info.state,
+                "checkpoint_note": choice.note if choice else "no checkpoint directory known"}
+
+
+class _StepContext:
+    def __init__(self, *, job_id: int, diagnosis_id: int, run_id: int, cluster: str, external_id: str,
+                 actor: str, dry_run: bool, facts: Facts, plan: Plan, checkpoint_dir: str | None,
+                 node_count: int | None) -> None:
+        self.job_id, self.diagnosis_id, self.run_id = job_id, diagnosis_id, run_id
+        self.cluster, self.external_id, self.actor, self.dry_run = cluster, external_id, actor, dry_run
+        self.facts, self.plan, self.checkpoint_dir, self.node_count = facts, plan, checkpoint_dir, node_count
+        self.outcome: dict = {}
+        self.drained: set[str] = set()
+        self.exclude: list[str] = []
+
+
+def _plan_json(plan: Plan) -> dict:
+    return {"action": plan.action.value, "policy_id": plan.policy_id, "restart": plan.restart,
+            "retry_number": plan.retry_number, "delay_s": plan.delay_s, "stopped": plan.stopped,
+            "repeat_offenders": list(plan.repeat_offenders),
+            "steps": [{"kind": s.kind.value, "hosts": list(s.hosts), "reason": s.reason, "params": s.params}
+                      for s in plan.steps]}

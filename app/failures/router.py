@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from app.api.deps import DbDep, Engineer
+from app.api.openapi import ERRORS
+from app.failures import service
+from app.failures.models import GroupState
+from app.failures.schemas import FailureGroupList, FailureGroupOut, GroupStateUpdate
+from app.schemas_common import Name, Timestamp
+
+router = APIRouter(prefix="/v1/failure-groups", tags=["failures"], responses=ERRORS)
+FingerprintPath = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="Failure fingerprint (16 hex digits)")]
+
+
+@router.get("", response_model=FailureGroupList)
+def list_groups(db: DbDep, _: Engineer, cluster: Annotated[Name | None, Query()] = None,
+                since: Annotated[Timestamp | None, Query(description="Jobs that ended at or after")] = None,
+                state: GroupState | None = None) -> FailureGroupList:
+    """Current diagnoses grouped by failure fingerprint across jobs, most GPU-hours lost first."""
+    with db.transaction() as session:
+        groups = service.list_groups(session=session, cluster=cluster, since=since,
+                                     state=state.value if state else None)
+        return FailureGroupList(items=[service.group_out(g) for g in groups])
+
+
+@router.put("/{fingerprint}", response_model=FailureGroupOut)
+def set_state(fingerprint: FingerprintPath, body: GroupStateUpdate, db: DbDep, who: Engineer) -> FailureGroupOut:
+    """Mark a group known, being fixed or resolved (the web page's group form does the same)."""
+    with db.transaction() as session:
+        service.set_group_state(session=session, fingerprint=fingerprint, state=body.state, note=body.note,
+                                updated_by=who.name)
+        return service.group_out(service.list_groups(session=session, fingerprint=fingerprint)[0])

@@ -1,0 +1,186 @@
+"""Pages for engineers: failures, failure groups, a job, statistics. Thin: each route reads its
+query, calls services (`app.failures`, `app.stats`, `app.labels`, ...) and renders a template."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, BackgroundTasks, Form, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from pydantic import ValidationError
+
+from app.api.deps import ServicesDep
+from app.core.types import Category, ErrorType
+from app.diagnoses import service as diagnoses
+from app.diagnoses.service import label_out
+from app.errors import InvalidInput, NotFound
+from app.failures import service as failures
+from app.failures.job import job_page
+from app.failures.models import GroupState
+from app.labels import service as labels
+from app.labels.models import Verdict
+from app.labels.schemas import LabelCreate
+from app.logs import service as logs
+from app.stats import service as stats
+from app.web import logview
+from app.web.auth import PREFIX, WebEngineer
+from app.web.charts import metric_charts
+from app.web.render import opt, page, parse_date, since_of
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+PAGE_SIZE = 50
+Q = Annotated[str | None, Query()]
+
+
+def _failure_filter(cluster: str | None, range_: str | None, error_type: str | None, category: str | None,
+                    host: str | None, unlabelled: str | None, q: str | None, group: str | None):  # noqa: ANN202
+    range_key, since = since_of(range_, "all")
+    flt = failures.FailureFilter(cluster=opt(cluster), since=since, error_type=opt(error_type),
+                                 category=opt(category), host=opt(host), fingerprint=opt(group),
+                                 unlabelled=bool(opt(unlabelled)), search=opt(q))
+    params = {k: v for k, v in {"cluster": flt.cluster, "range": range_key if range_key != "all" else None,
+                                "error_type": flt.error_type, "category": flt.category, "host": flt.host,
+                                "group": flt.fingerprint, "unlabelled": "1" if flt.unlabelled else None,
+                                "q": flt.search}.items() if v}
+    return flt, params
+
+
+@router.get("/", response_class=HTMLResponse)
+def failures_page(request: Request, services: ServicesDep, _: WebEngineer, cluster: Q = None,
+                  range: Q = None, error_type: Q = None, category: Q = None, host: Q = None,  # noqa: A002
+                  unlabelled: Q = None, q: Q = None, group: Q = None,
+                  offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0) -> HTMLResponse:
+    flt, params = _failure_filter(cluster, range, error_type, category, host, unlabelled, q, group)
+    with services.db.transaction() as session:
+        items, total = failures.list_failures(session=session, flt=flt, limit=PAGE_SIZE, offset=offset)
+        choices = failures.filter_choices(session=session)
+        latest = failures.latest_diagnosis_id(session=session)
+    return page(request, "failures.html", items=items, total=total, offset=offset, page_size=PAGE_SIZE,
+                params=params, query=urlencode(params), choices=choices, latest=latest,
+                range_key=params.get("range", "all"))
+
+
+@router.get("/failures/rows", response_class=HTMLResponse)
+def failure_rows(request: Request, services: ServicesDep, _: WebEngineer,
+                 after: Annotated[int, Query(ge=0, le=2_147_483_647)], cluster: Q = None, range: Q = None,  # noqa: A002
+                 error_type: Q = None, category: Q = None, host: Q = None, unlabelled: Q = None,
+                 q: Q = None, group: Q = None) -> HTMLResponse:
+    """Rows diagnosed after `after` (the page polls this to show new failures without a reload)."""
+    flt, _params = _failure_filter(cluster, range, error_type, category, host, unlabelled, q, group)
+    with services.db.transaction() as session:
+        items, _total = failures.list_failures(session=session, flt=flt, limit=PAGE_SIZE, offset=0, after_id=after)
+        latest = failures.latest_diagnosis_id(session=session)
+    response = page(request, "_failure_rows.html", items=items, fresh=True)
+    response.headers["X-Latest-Diagnosis"] = str(latest)
+    return response
+
+
+@router.get("/groups", response_class=HTMLResponse)
+def groups_page(request: Request, services: ServicesDep, _: WebEngineer, cluster: Q = None,
+                range: Q = None, state: Q = None) -> HTMLResponse:  # noqa: A002
+    range_key, since = since_of(range, "all")
+    state = opt(state) if opt(state) in {s.value for s in GroupState} else None
+    with services.db.transaction() as session:
+        groups = failures.list_groups(session=session, cluster=opt(cluster), since=since, state=state)
+        choices = failures.filter_choices(session=session)
+    return page(request, "groups.html", groups=groups, choices=choices, cluster=opt(cluster),
+                range_key=range_key, state=state, states=[s.value for s in GroupState])
+
+
+@router.post("/groups/{fingerprint}/state")
+def set_group_state(fingerprint: str, services: ServicesDep, user: WebEngineer,
+                    state: Annotated[GroupState, Form()],
+                    note: Annotated[str | None, Form(max_length=2000)] = None) -> RedirectResponse:
+    with services.db.transaction() as session:
+        failures.set_group_state(session=session, fingerprint=fingerprint, state=state, note=opt(note),
+                                 updated_by=user.principal.name)
+    return RedirectResponse(f"{PREFIX}/groups#g-{fingerprint}", status_code=303)
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_detail(request: Request, job_id: int, services: ServicesDep, _: WebEngineer,
+               diagnosis: Annotated[int | None, Query(ge=1, le=2_147_483_647)] = None) -> HTMLResponse:
+    with services.db.transaction() as session:
+        data = job_page(session=session, job_id=job_id, diagnosis_id=diagnosis)
+    result = (data.current.diagnosis if data.current else None) or {}
+    view = logview.build(data.compressed.text, result) if data.compressed else None
+    evidence = (result.get("root_cause") or {}).get("evidence") or []
+    progress = result.get("last_progress") or {}
+    charts = metric_charts(data.compressed.metrics if data.compressed else None,
+                           last_progress_line=progress.get("line"),
+                           failure_line=evidence[0]["line"] if evidence else None,
+                           evidence_lines={e["line"] for e in evidence})
+    return page(request, "job.html", data=data, job=data.job, current=data.current, result=result, view=view,
+                charts=charts, saved=request.query_params.get("saved"))
+
+
+@router.post("/jobs/{job_id}/label")
+def label_job(job_id: int, services: ServicesDep, user: WebEngineer, background: BackgroundTasks,
+              diagnosis_id: Annotated[int, Form(ge=1, le=2_147_483_647)],
+              verdict: Annotated[Verdict, Form()],
+              error_type: Annotated[str | None, Form()] = None,
+              category: Annotated[str | None, Form()] = None,
+              note: Annotated[str | None, Form(max_length=10_000)] = None) -> RedirectResponse:
+    """Writes a label through the same service as `POST /v1/diagnoses/{id}/labels`."""
+    try:
+        data = LabelCreate(verdict=verdict, error_type=ErrorType(opt(error_type)) if opt(error_type) else None,
+                           category=Category(opt(category)) if opt(category) else None, note=opt(note))
+    except ValidationError as exc:
+        reasons = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise InvalidInput(f"the label is not valid: {reasons}") from exc
+    except ValueError as exc:  # an error type or category that is not in the canonical list
+        raise InvalidInput(f"the label is not valid: {exc}") from exc
+    with services.db.transaction() as session:
+        if diagnoses.get_diagnosis(session=session, diagnosis_id=diagnosis_id).job_id != job_id:
+            raise InvalidInput(f"diagnosis {diagnosis_id} is not a diagnosis of job {job_id}")
+        label = labels.create_label(session=session, diagnosis_id=diagnosis_id, data=data,
+                                    created_by=user.principal.name)
+        out = label_out(label)
+    if services.cases is not None:
+        background.add_task(services.cases.record, out.diagnosis_id)
+    return RedirectResponse(f"{PREFIX}/jobs/{job_id}?diagnosis={diagnosis_id}&saved=1#label", status_code=303)
+
+
+@router.get("/jobs/{job_id}/log/raw")
+def download_raw(job_id: int, services: ServicesDep, _: WebEngineer) -> FileResponse:
+    sha, log_id, _status = services.db.run(logs.raw_location, job_id=job_id, attempt=None)
+    path = services.store.blob_path(sha) if sha else services.store.part_path(log_id)
+    if not path.exists():
+        raise NotFound(f"the bytes of log {log_id} are not on disk", detail={"log_id": log_id})
+    return FileResponse(path, media_type="application/octet-stream", filename=f"job-{job_id}-log-{log_id}")
+
+
+@router.get("/stats", response_class=HTMLResponse)
+def stats_page(request: Request, services: ServicesDep, _: WebEngineer, cluster: Q = None, range: Q = None,  # noqa: A002
+               since: Q = None, until: Q = None, interval: Q = None) -> HTMLResponse:
+    range_key, start = since_of(range, "30d")
+    start = parse_date(since) or start
+    end = parse_date(until, end=True)
+    interval = interval if interval in ("day", "week", "month") else "day"
+    with services.db.transaction() as session:
+        data = stats.failure_stats(session=session, since=start, until=end, cluster=opt(cluster),
+                                   host_limit=20, interval=interval)
+        agreement = labels.label_agreement(session=session, since=start, until=end, cluster=opt(cluster))
+        choices = failures.filter_choices(session=session)
+    return page(request, "stats.html", stats=data, agreement=agreement, choices=choices, cluster=opt(cluster),
+                range_key=range_key, since=opt(since), until=opt(until), interval=interval,
+                repeat_hosts=sorted((b for b in data.by_host if b.failed_jobs >= 2),
+                                    key=lambda b: (-b.failed_jobs, -b.gpu_hours)),
+                trend=_with_empty_days([(b.key, b.gpu_hours) for b in data.by_period], interval),
+                trend_jobs=[(b.key, b.gpu_hours, b.failed_jobs) for b in data.by_period])
+
+
+def _with_empty_days(points: list[tuple[str, float]], interval: str) -> list[tuple[str, float]]:
+    """Days without failures drawn as empty columns (a gap is information too)."""
+    if interval != "day" or len(points) < 2:
+        return points
+    have = dict(points)
+    day, last = (datetime.strptime(points[0][0], "%Y-%m-%d"), datetime.strptime(points[-1][0], "%Y-%m-%d"))
+    out = []
+    while day <= last and len(out) < 1000:
+        key = day.strftime("%Y-%m-%d")
+        out.append((key, have.get(key, 0.0)))
+        day += timedelta(days=1)
+    return out

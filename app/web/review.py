@@ -1,0 +1,132 @@
+"""Sign-in/out and the rules page (active rules with hits, proposed rules to review)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from app.api.deps import ServicesDep
+from app.auth.models import TokenRole
+from app.auth.sessions import SESSION_HOURS, end_session, start_session
+from app.rules_review import service as rules
+from app.rules_review.models import ProposalStatus
+from app.rules_review.rulefiles import rules_write_lock
+from app.web.auth import LOGIN_CSRF_COOKIE, PREFIX, SESSION_COOKIE, WebAdmin, WebEngineer, same_token
+from app.web.render import opt, page
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+
+def _safe_next(value: str | None) -> str:
+    """Only a path inside the UI: never an open redirect to another site."""
+    if value and value.startswith(PREFIX + "/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return PREFIX + "/"
+
+
+def _login_form(request: Request, *, error: str | None = None, status_code: int = 200) -> HTMLResponse:
+    token = secrets.token_urlsafe(24)
+    response = page(request, "login.html", status_code=status_code, login_csrf=token, error=error,
+                    next=_safe_next(request.query_params.get("next")))
+    response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="strict", path=PREFIX,
+                        secure=request.url.scheme == "https")
+    return response
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request) -> HTMLResponse:
+    return _login_form(request)
+
+
+@router.post("/login")
+def login(request: Request, services: ServicesDep, token: Annotated[str, Form(max_length=512)],
+          csrf: Annotated[str, Form(max_length=128)], next: Annotated[str | None, Form()] = None) -> Response:  # noqa: A002
+    if not same_token(request.cookies.get(LOGIN_CSRF_COOKIE), csrf):
+        return _login_form(request, error="The sign-in form expired; please try again.", status_code=403)
+    started = services.db.run(start_session, token=token)
+    if started is None:
+        return _login_form(request, error="Unknown or revoked token.", status_code=401)
+    cookie, user = started
+    if not user.principal.allows(TokenRole.ENGINEER):
+        services.db.run(end_session, cookie=cookie)
+        return _login_form(request, status_code=403,
+                           error=f"A {user.principal.role.value} token cannot use these pages; "
+                                 "sign in with an engineer or admin token.")
+    response = RedirectResponse(_safe_next(next), status_code=303)
+    response.set_cookie(SESSION_COOKIE, cookie, httponly=True, samesite="lax", path="/",
+                        max_age=SESSION_HOURS * 3600, secure=request.url.scheme == "https")
+    response.delete_cookie(LOGIN_CSRF_COOKIE, path=PREFIX)
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, services: ServicesDep, _: WebEngineer) -> RedirectResponse:
+    services.db.run(end_session, cookie=request.cookies[SESSION_COOKIE])
+    response = RedirectResponse(f"{PREFIX}/login?signed_out=1", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+def _rules_page(request: Request, services, *, tried: dict | None = None, tried_id: int | None = None,  # noqa: ANN001
+                tried_text: str = "") -> HTMLResponse:
+    ruleset = services.pipeline.ruleset
+    with services.db.transaction() as session:
+        hits = rules.rule_hits(session=session)
+        proposed = [rules.to_out(r) for r in rules.list_proposed(session=session, status=None)]
+    active = rules.active_rules(ruleset=ruleset)
+    diagnosis_rules = sorted((r for r in active.rules if r.kind == "diagnosis"),
+                             key=lambda r: (-(hits.get(r.id, (0, None))[0]), r.id))
+    return page(request, "rules.html", version=active.version, rules=diagnosis_rules,
+                filters=[r for r in active.rules if r.kind == "filter"], hits=hits,
+                pending=[p for p in proposed if p.status == ProposalStatus.PROPOSED.value],
+                reviewed=[p for p in proposed if p.status != ProposalStatus.PROPOSED.value][:20],
+                tried=tried, tried_id=tried_id, tried_text=tried_text,
+                can_review=request.state.principal.allows(TokenRole.ADMIN))
+
+
+@router.get("/rules", response_class=HTMLResponse)
+def rules_page(request: Request, services: ServicesDep, _: WebEngineer) -> HTMLResponse:
+    return _rules_page(request, services)
+
+
+@router.post("/rules/proposed/{rule_id}/try", response_class=HTMLResponse)
+def try_rule(request: Request, rule_id: int, services: ServicesDep, _: WebEngineer,
+             text: Annotated[str, Form(max_length=500_000)]) -> HTMLResponse:
+    """Run the proposed pattern over a pasted log (nothing is stored)."""
+    with services.db.transaction() as session:
+        pattern = rules.get_proposed(session=session, rule_id=rule_id).pattern
+    result = rules.try_rule(pattern=pattern, text=text)
+    return _rules_page(request, services, tried=result, tried_id=rule_id, tried_text=text)
+
+
+def _review(rule_id: int, approve: bool, services, user, note: str | None) -> RedirectResponse:  # noqa: ANN001
+    """Approve or reject, exactly as `POST /v1/rules/proposed/{id}/approve|reject` does."""
+    if not approve:
+        with services.db.transaction() as session:
+            rules.review_rule(session=session, rule_id=rule_id, approve=False, reviewer=user.principal.name,
+                              note=opt(note))
+        return RedirectResponse(f"{PREFIX}/rules#p-{rule_id}", status_code=303)
+    with rules_write_lock(services.rules_lock_path):
+        with services.db.transaction() as session:
+            row, ruleset = rules.review_rule(session=session, rule_id=rule_id, approve=True,
+                                             reviewer=user.principal.name, note=opt(note),
+                                             rules_dir=services.settings.effective_rules_dir)
+            new_id = rules.rule_for(row)["id"]
+        # committed: from now on diagnoses use the library with the new rule
+        services.activate_rules(ruleset)
+    return RedirectResponse(f"{PREFIX}/rules?approved={new_id}#r-{new_id}", status_code=303)
+
+
+@router.post("/rules/proposed/{rule_id}/approve")
+def approve(rule_id: int, services: ServicesDep, user: WebAdmin,
+            note: Annotated[str | None, Form(max_length=10_000)] = None) -> RedirectResponse:
+    return _review(rule_id, True, services, user, note)
+
+
+@router.post("/rules/proposed/{rule_id}/reject")
+def reject(rule_id: int, services: ServicesDep, user: WebAdmin,
+           note: Annotated[str | None, Form(max_length=10_000)] = None) -> RedirectResponse:
+    return _review(rule_id, False, services, user, note)

@@ -1,0 +1,166 @@
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.controller import store
+from app.controller.probe_plan import ProbeReport, Verdict
+from app.controller.recovery import load_recovery_rules
+from app.controller.schedulers.local import LocalScheduler
+from app.controller.service import Controller
+from app.errors import Conflict
+from tests.controller.logs import progress, script_error, text, xid_fault
+from tests.service.conftest import new_job
+
+NODES = [f"n{i}" for i in range(1, 9)]
+
+
+class FixedProber:
+    """Stands in for the probe runner (tested on real process groups in test_probe_*.py)."""
+
+    def __init__(self, faulty):
+        self.faulty = faulty
+        self.calls = 0
+
+    def __call__(self, scheduler, hosts, *, suspects):
+        self.calls += 1
+        return ProbeReport(Verdict.FAULTY if self.faulty else Verdict.OK, list(self.faulty), [],
+                           [h for h in hosts if h not in self.faulty], "test")
+
+
+@pytest.fixture
+def local(tmp_path):
+    return LocalScheduler(tmp_path / "sched", NODES)
+
+
+def failed_job(client, sched, local, tmp_path, log: str, ext_hosts=("n1", "n2")):
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    ckpt = tmp_path / "ckpt"
+    for it in (10, 20):
+        d = ckpt / f"iter_{it:07d}" / "mp_rank_00"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "model_optim_rng.pt").write_bytes(b"w")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("20")
+    ext = local.submit([sys.executable, "-c", "import time; time.sleep(60)"], workdir=work, nodes=2,
+                       checkpoint_dir=str(ckpt))
+    job = new_job(client, sched, external_id=ext, hosts=list(ext_hosts), cluster="c1")
+    client.put(f"/v1/jobs/{job['id']}/log", content=log.encode(), headers=sched)
+    assert client.post(f"/v1/jobs/{job['id']}/diagnoses", headers=sched).status_code == 200
+    return job["id"], ext, work
+
+
+def controller(app, local, prober=None):
+    return Controller(db=app.state.services.db, rules=load_recovery_rules(),
+                      scheduler_for=lambda job: local, prober=prober)
+
+
+def audit(app, job_id):
+    from app.actions.service import list_actions, to_out
+    return [to_out(r).model_dump() for r in app.state.services.db.run(list_actions, job_id=job_id)]
+
+
+XID = text(progress(1, 30, host="n2"), xid_fault("n2"))
+
+
+def test_dry_run_is_the_default_and_records_without_acting(app, client, sched, local, tmp_path):
+    job_id, ext, work = failed_job(client, sched, local, tmp_path, XID)
+    run = controller(app, local, FixedProber(["n2"])).recover(job_id=job_id, actor="test")
+    assert run.dry_run and run.status == "done"
+    assert [c["op"] for c in run.outcome["commands"]] == ["drain", "requeue"]
+    assert not local.nodes()["n2"].drained and local.job(ext).restarts == 0
+    assert not (work / "logdx-restart.json").exists()
+    actions = audit(app, job_id)
+    assert [a["kind"] for a in actions] == ["decide", "probe", "drain", "requeue"]
+    assert all(a["dry_run"] for a in actions)
+
+
+def test_enabled_cluster_drains_the_probed_node_and_restarts_from_the_checkpoint(app, client, sched, local, tmp_path):
+    job_id, ext, work = failed_job(client, sched, local, tmp_path, XID)
+    db = app.state.services.db
+    db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    ctl = controller(app, local, FixedProber(["n2"]))
+    run = ctl.recover(job_id=job_id, actor="test")
+    assert (run.dry_run, run.status) == (False, "done"), run.outcome
+    assert local.nodes()["n2"].drained and "logdx" in local.nodes()["n2"].reason
+    info = local.job(ext)
+    assert info.restarts == 1 and "n2" not in info.nodes
+    restart = json.loads((work / "logdx-restart.json").read_text())
+    assert restart["checkpoint_step"] == 20 and restart["exclude"] == ["n2"]
+    # a retried webhook (same diagnosis, same key) gets the first run back and acts no more
+    again = ctl.recover(job_id=job_id, actor="test")
+    assert again.id == run.id and local.job(ext).restarts == 1
+    kinds = [a["kind"] for a in audit(app, job_id)]
+    assert kinds.count("drain") == 1 and kinds.count("requeue") == 1
+    probes = db.run(store.list_probes, job_id=job_id)
+    assert probes[0].faulty == ["n2"]
+
+
+def test_actions_refused_when_the_cluster_is_not_enabled(app, client, sched, local, tmp_path):
+    job_id, _, _ = failed_job(client, sched, local, tmp_path, XID)
+    with pytest.raises(Conflict, match="not enabled"):
+        controller(app, local).recover(job_id=job_id, actor="test", dry_run=False)
+
+
+def test_one_controller_action_per_job_at_a_time(app, client, sched, local, tmp_path):
+    job_id, _, _ = failed_job(client, sched, local, tmp_path, XID)
+    db = app.state.services.db
+    from app.db.base import utcnow
+    assert db.run(store.take_lock, job_id=job_id, holder="other", now=utcnow(), ttl_s=600)
+    assert not db.run(store.take_lock, job_id=job_id, holder="third", now=utcnow(), ttl_s=600)
+    with pytest.raises(Conflict, match="in progress"):
+        controller(app, local).recover(job_id=job_id, actor="test")
+    # an expired lock (a crashed controller) is taken over
+    from datetime import timedelta
+    assert db.run(store.take_lock, job_id=job_id, holder="late", now=utcnow() + timedelta(hours=1), ttl_s=600)
+
+
+def test_breaker_refuses_a_mass_drain(app, client, sched, local, tmp_path):
+    job_id, ext, _ = failed_job(client, sched, local, tmp_path, XID)
+    db = app.state.services.db
+    db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    run = controller(app, local, FixedProber(["n1", "n2", "n3"])).recover(job_id=job_id, actor="test")
+    # 8 nodes, 25 %: two drains allowed, the third refused
+    assert sorted(run.outcome["drained"]) == ["n1", "n2"] and run.outcome["breaker"] == ["n3"]
+    assert not local.nodes()["n3"].drained
+    refused = [a for a in audit(app, job_id)
+               if a["status"] == "refused"]
+    assert "circuit breaker" in refused[0]["result"]["why"]
+
+
+def test_script_error_is_not_restarted(app, client, sched, local, tmp_path):
+    job_id, ext, _ = failed_job(client, sched, local, tmp_path, text(progress(1, 30), script_error()))
+    app.state.services.db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    prober = FixedProber([])
+    run = controller(app, local, prober).recover(job_id=job_id, actor="test")
+    assert run.action == "notify_owner" and local.job(ext).restarts == 0 and prober.calls == 0
+    notify = [a for a in audit(app, job_id) if a["kind"] == "notify"]
+    assert notify[0]["params"]["to"] == "owner" and "KeyError" in notify[0]["params"]["evidence"][0]
+
+
+HUNG = """
+import time
+def wait_for_the_allreduce_that_never_comes():
+    time.sleep(120)
+wait_for_the_allreduce_that_never_comes()
+"""
+
+
+def test_hang_captures_a_stack_dump_of_the_running_job_then_restarts(app, client, sched, local, tmp_path):
+    work = tmp_path / "hung"
+    work.mkdir()
+    ext = local.submit([sys.executable, "-c", HUNG], workdir=work, nodes=2)
+    job = new_job(client, sched, external_id=ext, hosts=["n1", "n2"], cluster="c1")["id"]
+    client.put(f"/v1/jobs/{job}/log", content=text(progress(1, 30)).encode(), headers=sched)
+    assert client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).status_code == 200
+    app.state.services.db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    import time
+    time.sleep(1.0)  # let the job reach its sleep
+    run = controller(app, local).recover(job_id=job, actor="watch")
+    assert run.action == "capture_and_restart" and run.status == "done", run.outcome
+    capture = next(a for a in audit(app, job) if a["kind"] == "capture")
+    assert capture["result"]["last_step"] == 30
+    dumps = "".join(capture["result"]["stack_dumps"].values())
+    assert "wait_for_the_allreduce_that_never_comes" in dumps, capture["result"]
+    assert local.job(ext).restarts == 1

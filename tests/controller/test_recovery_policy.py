@@ -1,0 +1,113 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import yaml
+
+from app.controller.recovery import (
+    Facts, PriorAttempt, RecoveryAction, RecoveryRulesError, StepKind, load_recovery_rules, plan_recovery,
+)
+from app.core.types import Category, ErrorType, default_category
+
+RULES = load_recovery_rules()
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+def facts(error_type=ErrorType.ECCError, fp="f1", step=100, suspects=("n2",), hosts=("n1", "n2"), onset=None):
+    return Facts(error_type=error_type, category=default_category(error_type), fingerprint=fp,
+                 suspect_hosts=suspects, job_hosts=hosts, last_step=step, onset_step=onset)
+
+
+def prior(fp="f1", step=100, minutes=10, action=RecoveryAction.ISOLATE_AND_RESTART):
+    return PriorAttempt(fingerprint=fp, action=action, last_step=step, at=NOW - timedelta(minutes=minutes))
+
+
+def test_hardware_probes_drains_and_requeues():
+    plan = plan_recovery(facts(), [], {}, RULES, now=NOW)
+    assert plan.action is RecoveryAction.ISOLATE_AND_RESTART and plan.restart
+    assert [s.kind for s in plan.steps] == [StepKind.PROBE, StepKind.DRAIN, StepKind.REQUEUE]
+    assert plan.steps[0].params["suspects"] == ["n2"]
+
+
+def test_script_error_is_never_restarted_and_owner_is_told_with_evidence():
+    f = Facts(error_type=ErrorType.KeyError, category=Category.SCRIPT, fingerprint="k", evidence=("KeyError: 'lr'",))
+    plan = plan_recovery(f, [], {}, RULES, now=NOW)
+    assert not plan.restart and plan.action is RecoveryAction.NOTIFY_OWNER
+    assert plan.steps[0].kind is StepKind.NOTIFY and plan.steps[0].params["evidence"] == ["KeyError: 'lr'"]
+
+
+def test_same_fingerprint_three_times_without_progress_stops():
+    history = [prior(minutes=20), prior(minutes=10)]
+    plan = plan_recovery(facts(), history, {}, RULES, now=NOW)
+    assert not plan.restart and plan.stopped and "same failure" in plan.stopped
+    assert plan.action is RecoveryAction.NOTIFY_ADMIN
+
+
+def test_progress_between_failures_resets_the_budget():
+    history = [prior(step=50, minutes=20), prior(step=80, minutes=10)]
+    plan = plan_recovery(facts(step=100), history, {}, RULES, now=NOW)
+    assert plan.restart and plan.retry_number == 1
+
+
+def test_a_different_failure_in_between_breaks_the_same_fingerprint_run():
+    history = [prior(minutes=30), prior(fp="other", minutes=20), prior(minutes=10)]
+    plan = plan_recovery(facts(), history, {}, RULES, now=NOW)
+    assert plan.restart and plan.retry_number == 4
+
+
+def test_transient_retry_backs_off_until_its_budget():
+    f = facts(ErrorType.S3StorageError, suspects=())
+    delays = []
+    history: list[PriorAttempt] = []
+    for i in range(5):
+        plan = plan_recovery(Facts(**{**f.__dict__, "fingerprint": f"s{i}"}), history, {}, RULES, now=NOW)
+        if not plan.restart:
+            break
+        delays.append(plan.delay_s)
+        history.append(PriorAttempt(f"s{i}", plan.action, 100, NOW - timedelta(minutes=5 - i)))
+    assert delays == [30, 60, 120]  # budget: 3 attempts, 30 s doubling
+    assert "budget" in plan.stopped
+
+
+def test_old_attempts_outside_the_window_do_not_count():
+    history = [prior(minutes=60 * 30), prior(minutes=60 * 29)]
+    assert plan_recovery(facts(), history, {}, RULES, now=NOW).restart
+
+
+def test_repeat_offender_host_is_drained_without_a_probe_failure():
+    plan = plan_recovery(facts(), [], {"n2": 2}, RULES, now=NOW)
+    drains = [s for s in plan.steps if s.kind is StepKind.DRAIN and s.hosts]
+    assert drains and drains[0].hosts == ("n2",) and plan.repeat_offenders == ("n2",)
+    assert not [s for s in plan_recovery(facts(), [], {"n2": 1}, RULES, now=NOW).steps
+                if s.kind is StepKind.DRAIN and s.hosts]
+
+
+def test_loss_spike_rolls_back_before_the_onset_and_skips_batches():
+    plan = plan_recovery(facts(ErrorType.LossSpike, step=520, onset=500, suspects=()), [], {}, RULES, now=NOW)
+    requeue = plan.steps[-1]
+    assert plan.action is RecoveryAction.ROLLBACK_AND_SKIP
+    assert requeue.params["before_step"] == 500 and requeue.params["skip"] == [500, 700]
+
+
+def test_hang_captures_evidence_then_restarts():
+    plan = plan_recovery(facts(ErrorType.Hang, suspects=()), [], {}, RULES, now=NOW)
+    assert [s.kind for s in plan.steps] == [StepKind.CAPTURE, StepKind.REQUEUE]
+
+
+def test_every_error_type_has_a_recovery():
+    for et in ErrorType:
+        plan = plan_recovery(facts(et), [], {}, RULES, now=NOW)
+        assert plan.policy_id != "fallback", et
+
+
+def test_bad_policy_file_is_refused_with_its_name(tmp_path):
+    data = yaml.safe_load(open("rules/recovery.yaml"))
+    data["policies"][0]["typo"] = 1
+    bad = tmp_path / "recovery.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(RecoveryRulesError, match="recovery.yaml"):
+        load_recovery_rules(bad)
+    data["policies"][0].pop("typo")
+    data["policies"][0]["examples"] = [{"error_type": "ECCError", "expect": "retry"}]
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(RecoveryRulesError, match="hardware"):
+        load_recovery_rules(bad)

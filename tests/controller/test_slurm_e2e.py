@@ -1,0 +1,183 @@
+"""End to end on a real local Slurm cluster (.ci/slurm.sh: 4 node names on this host): a job
+fails, logdx diagnoses its log, the controller probes through srun, drains, requeues, and the job
+restarts from the right checkpoint. Probe faults are injected into the probe workers of a named
+node (LOGDX_PROBE_FAULTS): there is no broken hardware here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.controller import store
+from app.controller.probe_runner import SchedulerProber
+from app.controller.recovery import RULES_FILE, load_recovery_rules
+from app.controller.schedulers.slurm import SlurmScheduler
+from app.controller.service import Controller
+from tests.controller.ports import free_port
+from tests.controller.slurm_job import write_job
+
+CONF = os.environ.get("LOGDX_TEST_SLURM_CONF")
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(
+    not CONF, reason='no local Slurm cluster: run eval "$(.ci/slurm.sh)" first (.ci/run does)')]
+NODES = ["node1", "node2", "node3", "node4"]
+
+
+@pytest.fixture
+def database_url():
+    """SQLite only: each case takes a minute of real Slurm; the store's behaviour on PostgreSQL is
+    covered by test_controller_service.py."""
+    return None
+
+
+@pytest.fixture
+def slurm():
+    sched = SlurmScheduler(conf=CONF)
+    for n in NODES:
+        subprocess.run(["scontrol", "update", f"NodeName={n}", "State=RESUME"], env=sched.env, capture_output=True)
+    yield sched
+    for n in NODES:
+        subprocess.run(["scontrol", "update", f"NodeName={n}", "State=RESUME"], env=sched.env, capture_output=True)
+
+
+def submit(slurm, work: Path, mode: str, fail_runs: int, nodes: int = 2) -> str:
+    script = write_job(work)
+    out = subprocess.run(["sbatch", "--parsable", "-N", str(nodes), "--requeue", "-D", str(work),
+                          "-o", str(work / "job-%j.log"), "--comment", f"logdx_ckpt={work / 'ckpt'}",
+                          str(script), mode, str(fail_runs)],
+                         env=slurm.env, capture_output=True, text=True, check=True)
+    return out.stdout.strip().split(";")[0]
+
+
+def wait(slurm, ext: str, *, restarts: int, timeout_s: float = 90) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = slurm.job(ext)
+        if info.restarts >= restarts and info.state in ("FAILED", "COMPLETED", "CANCELLED", "NODE_FAIL"):
+            return info.state
+        time.sleep(0.3)
+    raise AssertionError(f"job {ext} still {slurm.job(ext).state} after {timeout_s} s")
+
+
+def report_failure(client, sched, cluster: str, slurm, ext: str, work: Path) -> int:
+    """What a Slurm epilog does: register the attempt, upload its log, diagnose it."""
+    info = slurm.job(ext)
+    attempt = info.restarts + 1
+    job = client.post("/v1/jobs", json={"cluster": cluster, "external_id": ext, "scheduler": "slurm",
+                                        "hosts": list(info.nodes), "state": "failed", "attempt": attempt},
+                      headers=sched).json()
+    log = (work / f"job-{ext}.log").read_bytes()
+    assert client.put(f"/v1/jobs/{job['id']}/log", params={"attempt": attempt}, content=log,
+                      headers=sched).status_code == 201
+    resp = client.post(f"/v1/jobs/{job['id']}/diagnoses", json={"attempt": attempt}, headers=sched)
+    assert resp.status_code == 200, resp.text
+    return job["id"]
+
+
+def controller(app, slurm, faults: str = "", rules=None) -> Controller:
+    prober = SchedulerProber(timeout_s=5, nbytes=1 << 20, port=free_port(),
+                             env={"LOGDX_PROBE_FAULTS": faults, "PYTHONPATH": str(Path.cwd())})
+    return Controller(db=app.state.services.db, rules=rules or load_recovery_rules(),
+                      scheduler_for=lambda job: slurm, prober=prober)
+
+
+def enable(app, cluster: str) -> None:
+    app.state.services.db.run(store.set_cluster_control, cluster=cluster, actions_enabled=True,
+                              actor="admin", node_count=len(NODES))
+
+
+def quick_rules(tmp_path, **defaults):
+    data = yaml.safe_load(RULES_FILE.read_text())
+    for p in data["policies"]:
+        if p["id"] == "transient":
+            p["backoff"] = {"initial_s": 1, "factor": 2.0, "max_s": 10}
+            p["budget"] = {"attempts": defaults.pop("attempts", 3), "window_s": 3600}
+    data["defaults"].update(defaults)
+    path = tmp_path / "recovery.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_recovery_rules(path)
+
+
+def test_hardware_fault_probe_drain_requeue_and_resume_from_checkpoint(app, client, sched, slurm, tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    ext = submit(slurm, tmp_path, "xid", fail_runs=1)
+    assert wait(slurm, ext, restarts=0) == "FAILED"
+    nodes = slurm.job(ext).nodes
+    bad = nodes[-1]
+    job_id = report_failure(client, sched, cluster, slurm, ext, tmp_path)
+    enable(app, cluster)
+    t0 = time.monotonic()
+    run = controller(app, slurm, faults=f"{bad}=exit_before").recover(job_id=job_id, actor="epilog")
+    assert run.status == "done", run.outcome
+    assert run.outcome["probe"]["faulty"] == [bad] and run.outcome["drained"] == [bad]
+    node = slurm.nodes()[bad]
+    assert "DRAIN" in node.state and "logdx" in (node.reason or "")
+    while slurm.job(ext).state not in ("RUNNING", "COMPLETED") and time.monotonic() - t0 < 60:
+        time.sleep(0.2)
+    assert wait(slurm, ext, restarts=1) == "COMPLETED"
+    info = slurm.job(ext)
+    assert bad not in info.nodes
+    log = (tmp_path / f"job-{ext}.log").read_text()
+    assert "resuming from checkpoint" in log and "iter_0000020 step 20" in log, log[-500:]
+
+
+def test_script_error_is_not_restarted(app, client, sched, slurm, tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    ext = submit(slurm, tmp_path, "script", fail_runs=9)
+    wait(slurm, ext, restarts=0)
+    job_id = report_failure(client, sched, cluster, slurm, ext, tmp_path)
+    enable(app, cluster)
+    run = controller(app, slurm).recover(job_id=job_id, actor="epilog")
+    assert run.action == "notify_owner" and run.outcome.get("restart") is None
+    time.sleep(2)
+    assert (slurm.job(ext).state, slurm.job(ext).restarts) == ("FAILED", 0)
+
+
+def test_transient_error_retried_with_backoff_until_its_budget(app, client, sched, slurm, tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    rules = quick_rules(tmp_path, same_failure_limit=10, attempts=3)
+    ext = submit(slurm, tmp_path, "s3", fail_runs=99)
+    ctl = controller(app, slurm, rules=rules)
+    enable(app, cluster)
+    delays = []
+    for attempt in range(4):
+        wait(slurm, ext, restarts=attempt)
+        job_id = report_failure(client, sched, cluster, slurm, ext, tmp_path)
+        run = ctl.recover(job_id=job_id, actor="epilog")
+        if run.outcome.get("restart") is None:
+            break
+        delays.append(run.outcome["restart"]["delay_s"])
+    assert delays == [1, 2, 4]
+    assert run.status == "stopped" and "budget" in run.reason
+
+
+def test_same_fingerprint_three_times_without_progress_stops(app, client, sched, slurm, tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    ctl = controller(app, slurm, rules=quick_rules(tmp_path, attempts=10))
+    ext = submit(slurm, tmp_path, "s3", fail_runs=99)
+    enable(app, cluster)
+    runs = []
+    for attempt in range(3):
+        wait(slurm, ext, restarts=attempt)
+        runs.append(ctl.recover(job_id=report_failure(client, sched, cluster, slurm, ext, tmp_path), actor="epilog"))
+    assert [r.status for r in runs] == ["done", "done", "stopped"]
+    assert "same failure" in runs[-1].reason and len({r.fingerprint for r in runs}) == 1
+
+
+def test_breaker_stops_a_mass_drain(app, client, sched, slurm, tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    ext = submit(slurm, tmp_path, "xid", fail_runs=1, nodes=4)
+    wait(slurm, ext, restarts=0)
+    job_id = report_failure(client, sched, cluster, slurm, ext, tmp_path)
+    enable(app, cluster)
+    run = controller(app, slurm, faults="node1=exit_before,node3=exit_before").recover(job_id=job_id, actor="epilog")
+    subprocess.run(["scancel", ext], env=slurm.env)
+    assert run.outcome["probe"]["faulty"] == ["node1", "node3"]
+    assert len(run.outcome["drained"]) == 1 and len(run.outcome["breaker"]) == 1
+    drained = [n for n, i in slurm.nodes().items() if "DRAIN" in i.state]
+    assert drained == run.outcome["drained"]
