@@ -153,11 +153,17 @@ def _retried(occ: Occurrence, nearby: dict[int, str]) -> bool:
 _STEP_ON_LINE = regex.compile(r"(?i)\b(?:step|iteration|iter|global_step)\b[\s:=#]{0,12}(\d+)")
 
 
+_EPOCH_ON_LINE = regex.compile(r"(?i)\bepoch\b[\s:=#\[]{0,12}(\d+)")
+EPOCH_STEPS = 1000
+
+
 def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
     """How far into training a non-finite loss from a rule appeared: the step its line names; 0
     when the log shows no training (no metric point, no progress marker) before it; else unknown."""
     if m := _STEP_ON_LINE.search(ev.text):
         return int(m.group(1))
+    if (m := _EPOCH_ON_LINE.search(ev.text)) and int(m.group(1)) >= 1:
+        return EPOCH_STEPS  # a whole epoch (or more) of training came before it
     if any(p.line < ev.first_line for p in log.metrics) or any(p.line < ev.first_line for p in log.recent_progress):
         return None
     return 0

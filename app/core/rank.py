@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import regex
+
 from app.core.compressed import BINARY_TEXT, CompressedLog
 from app.core.events import ErrorEvent
 from app.core.types import (
@@ -147,11 +149,29 @@ def survived_before(log: CompressedLog) -> int:
     return before
 
 
+_NONFINITE_KEY = regex.compile(r"(?i)\b((?:[a-z]+[_ ])?(?:loss|grad[_ ]norm))'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?(?:nan|inf)\b")
+
+
+def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:
+    """A later line prints the quantity that was nan/inf (same key) with a finite value."""
+    m = _NONFINITE_KEY.search(ev.text)
+    if m is None:
+        return False
+    finite = regex.compile(regex.escape(m.group(1)) + r"'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?\d", regex.I)
+    later = [t.text for t in log.templates if t.first_line > ev.last_line]
+    later += [text for line, text in log.context.items() if line > ev.last_line]
+    return any(finite.search(text) for text in later)
+
+
 def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
     before = survived_before(log)
     for ev in events:
-        # a non-finite loss is not cured by more steps: training "going on" with nan is the fault
-        if ev.error_type is ErrorType.NaNLoss or ev.rule_id.startswith("metrics."):
+        # a non-finite loss is not cured by more steps: training "going on" with nan is the fault,
+        # unless the same quantity is finite again later (an fp16 step the loss scaler skipped)
+        if ev.error_type is ErrorType.NaNLoss and not ev.rule_id.startswith("metrics."):
+            ev.recovered = _finite_again(ev, log)
+            continue
+        if ev.rule_id.startswith("metrics."):
             continue
         if ev.last_line < before or ev.retried:  # a retried request is handled by its client
             ev.recovered = True

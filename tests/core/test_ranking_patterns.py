@@ -47,9 +47,20 @@ def test_a_warning_never_outranks_an_exception(pipe):
 
 
 def test_nan_is_not_recovered_by_more_steps(pipe):
-    lines = hf_steps(20) + ["Epoch: 0, Step: 1000 / 230430, loss = nan"] + hf_steps(5, start=21)
+    bars = [f" {i}%|█         | {i * 20}/2000 [03:12<23:30,  1.25it/s]" for i in range(11, 16)]
+    lines = hf_steps(20) + ["Epoch: 0, Step: 1000 / 230430, loss = nan"] + bars
     d = run(pipe, "\n".join(lines) + "\n")
     assert d.root_cause.error_type == "NaNLoss" and d.action.kind == "rollback_and_skip"
+
+
+def test_a_nan_the_same_quantity_recovers_from_is_a_skipped_step(pipe):
+    # fp16 loss scaling: one interval logs grad_norm nan (the step was skipped), the next is finite
+    head = " Epoch [1][{n}/62598]\tlr: 1.000e-03, time: 0.539, loss: {loss}, grad_norm: {g}"
+    lines = [head.format(n=100, loss=1.9091, g="nan"), head.format(n=200, loss=0.9186, g=3.9772)]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "Unknown" and d.action.kind == "investigate"
+    d = run(pipe, lines[1] + "\n" + lines[0] + "\n")  # nan at the end: not recovered
+    assert d.root_cause.error_type == "NaNLoss"
 
 
 def test_nan_with_no_training_before_it_is_investigated(pipe):
