@@ -8,9 +8,10 @@ line. An exception raised while handling / because of an earlier one is demoted 
 network error shortly after another rank died is a symptom of that death; an error after which
 training kept making progress is `recovered` and ranks below everything else; so is an error
 before a completion marker (training finished normally). With no (or only recovered) events: a
-completion marker, output without training progress, or a log of nothing but advancing progress
-is "no failure found" (`Unknown`, investigate, low confidence): nothing in the log shows a stall.
-Progress that stops inside a job's output (other lines around it) means the job hung. Otherwise
+completion marker or output without training progress is "no failure found" (`Unknown`,
+investigate, low confidence): nothing in the log shows a stall. Progress that stops without a
+completion marker means the job hung (a watcher diagnoses a job whose progress stopped, and a
+progress-only log is what it sends). Otherwise
 the first error-looking line becomes an `Unknown` root cause with low confidence; a launcher
 summary alone is `Unknown` too.
 """
@@ -252,11 +253,6 @@ def _no_failure(why: str, evidence: list[Evidence]) -> Ranking:
     return Ranking(rc, None, [], only_symptoms=False)
 
 
-def _only_progress(log: CompressedLog) -> bool:
-    """Every line of the log was a metric/progress line: an excerpt of training advancing."""
-    return not any(t.text != BINARY_TEXT and t.text.strip() for t in log.templates)
-
-
 def _no_events(log: CompressedLog) -> Ranking:
     before = survived_before(log)
     flagged = [f for f in log.flagged_lines if f[0] >= before]  # error-looking lines training survived
@@ -272,12 +268,6 @@ def _no_events(log: CompressedLog) -> Ranking:
             f"training finished normally (line {done.line}: {(done.text or '').strip()[:200]}) and no error "
             "follows. If the job did not exit after this, it hung in shutdown (take stack dumps).",
             [Evidence(line=done.line, text=(done.text or "")[:2000])])
-    if log.last_progress is not None and _only_progress(log):
-        p = log.last_progress
-        return _no_failure(
-            f"the log holds only training progress, advancing to line {p.line}"
-            + (f" (step {p.step})" if p.step is not None else "") + ", and no error.",
-            [Evidence(line=p.line, text=(p.text or "")[:2000])])
     if log.last_progress is not None:
         p = log.last_progress
         rc = RootCause(
