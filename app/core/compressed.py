@@ -85,6 +85,8 @@ class CompressedLog:
     known_ranks: set[int]
     known_hosts: set[str]
     flagged_lines: list[tuple[int, str]]  # error-looking lines no rule explained (first ones)
+    # the last recent progress marker that says training finished (a `completion` filter rule)
+    completed: Progress | None = None
     rendered: str | None = None  # the compact text, rendered once the stats are final
     rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host (NCCL init lines)
     cut_short: bool = False  # reading stopped at a limit: the end of the log was not seen
@@ -209,7 +211,8 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
         known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping(),
-        cut_short=report.cut_short)
+        cut_short=report.cut_short,
+        completed=next((p for p in reversed(recent) if _is_completion(ruleset, p.text or "")), None))
     body = render_body(log)
     out = render(log, body)
     stats.bytes_out = len(out.encode("utf-8"))
@@ -225,6 +228,10 @@ def _step_of(ruleset: RuleSet, text: str) -> int | None:
             if m and m.group("step") and m.group("step").isdigit():
                 return int(m.group("step"))
     return None
+
+
+def _is_completion(ruleset: RuleSet, text: str) -> bool:
+    return any(rule.spec.completion and rule.regex.search(text) for rule in ruleset.filters)
 
 
 def _fmt_set(values: Iterable, limit: int = 8) -> str:

@@ -48,6 +48,8 @@ class ErrorEvent:
     peer_consequence: bool = False  # a network error caused by a peer process dying (see rank.py)
     recovered: bool = False  # training made progress after its last occurrence (see rank.py)
     last_line: int = 0
+    warning: bool = False  # every line it matched is a Python warning (see rank.py)
+    retried: bool = False  # every line it matched is followed by a client's retry notice
 
 
 def _canonical(name: str | None) -> ErrorType | None:
@@ -122,11 +124,49 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
         if events_per_rule[rule_id] == 1:
             ev.count = max(ev.count, log.rule_counts.get(rule_id, ev.count))
     events = sorted(by_key.values(), key=lambda e: e.first_line)
+    for ev in events:
+        if ev.error_type is ErrorType.NaNLoss:
+            ev.spike_index = _steps_before(log, ev)
+        ev.warning = bool(ev.occurrences) and all(_PY_WARNING.search(o.text) for o in ev.occurrences)
+        ev.retried = bool(ev.occurrences) and all(_retried(o, nearby) for o in ev.occurrences)
     events.extend(_metric_events(log))
     events.sort(key=lambda e: e.first_line)
     for i, ev in enumerate(events, 1):
         ev.id = f"e{i}"
     return events
+
+
+# `UserWarning: CUDA initialization: The NVIDIA driver on your system is too old` names a
+# failure class but is a warning the program went on from
+_PY_WARNING = regex.compile(r"\b[A-Z]\w*Warning: ")
+# a client that retries the failed request says so right after the error (huggingface_hub's
+# `'(ReadTimeoutError(...))' thrown while requesting HEAD ...` then
+# `Retrying in 1s [Retry 1/5].`, wandb's `entering retry loop`, urllib3's `Retrying (Retry(...`)
+_RETRY_NOTICE = regex.compile(r"(?i)\bRetrying\b|\bthrown while requesting (?:HEAD|GET|POST) |\[Retry \d+/\d+\]|entering retry loop|\bwill retry\b")
+RETRY_LOOKAHEAD = 4
+
+
+def _retried(occ: Occurrence, nearby: dict[int, str]) -> bool:
+    return any(_RETRY_NOTICE.search(nearby.get(occ.line + k, "")) for k in range(1, RETRY_LOOKAHEAD + 1))
+
+
+_STEP_ON_LINE = regex.compile(r"(?i)\b(?:step|iteration|iter|global_step)\b[\s:=#]{0,12}(\d+)")
+
+
+_EPOCH_ON_LINE = regex.compile(r"(?i)\bepoch\b[\s:=#\[]{0,12}(\d+)")
+EPOCH_STEPS = 1000
+
+
+def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
+    """How far into training a non-finite loss from a rule appeared: the step its line names; 0
+    when the log shows no training (no metric point, no progress marker) before it; else unknown."""
+    if m := _STEP_ON_LINE.search(ev.text):
+        return int(m.group(1))
+    if (m := _EPOCH_ON_LINE.search(ev.text)) and int(m.group(1)) >= 1:
+        return EPOCH_STEPS  # a whole epoch (or more) of training came before it
+    if any(p.line < ev.first_line for p in log.metrics) or any(p.line < ev.first_line for p in log.recent_progress):
+        return None
+    return 0
 
 
 def _metric_events(log: CompressedLog) -> list[ErrorEvent]:

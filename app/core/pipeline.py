@@ -34,6 +34,23 @@ class DiagnosisResult:
     job: JobPlacement | None = None  # what the scheduler registered (hosts, GPU count), if known
 
 
+PRECEDING_LINES = 200
+
+
+def _preceding(log: CompressedLog, ev: ErrorEvent | None) -> tuple[str, ...]:
+    """Lines up to the root cause's first line (kept lines, context, progress markers), the last
+    PRECEDING_LINES of them, plus the root cause's own lines: what a policy's `preceded_by` reads."""
+    if ev is None:
+        return ()
+    lines = {t.first_line: t.text for t in log.templates if t.first_line <= ev.first_line}
+    lines.update({n: t for n, t in log.context.items() if n <= ev.first_line})
+    lines.update({p.line: p.text or "" for p in log.recent_progress if p.line <= ev.first_line})
+    if log.completed is not None and log.completed.line <= ev.first_line:
+        lines[log.completed.line] = log.completed.text or ""
+    ordered = [lines[n] for n in sorted(lines)][-PRECEDING_LINES:]
+    return tuple(ordered + [o.text for o in ev.occurrences[:5]])
+
+
 class Pipeline:
     def __init__(self, ruleset: RuleSet | None = None, *, rules_dir: Path | str | None = None) -> None:
         self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir)
@@ -73,7 +90,7 @@ class Pipeline:
             known_ranks=frozenset(log.known_ranks),
             hosts=tuple(sorted(ev.hosts)) if ev else (),
             spike_step_index=ev.spike_index if ev else None,
-            only_symptoms=ranking.only_symptoms)
+            only_symptoms=ranking.only_symptoms, preceding=_preceding(log, ev))
         decision = decide(ctx, self.ruleset.policies)
         hosts: list[str] = []
         ranks: list[int] = []

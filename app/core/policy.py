@@ -7,8 +7,11 @@ matching policy wins; a rule-level `action` override on the matched diagnosis ru
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import regex
 
 from app.core.types import ActionKind, Category, ErrorType
 
@@ -25,6 +28,8 @@ class PolicyContext:
     hosts: tuple[str, ...] = ()
     spike_step_index: int | None = None  # index of the spike in the loss series
     only_symptoms: bool = False
+    # text of the lines up to and including the root cause's first line (the last ones kept)
+    preceding: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
 
@@ -52,6 +57,16 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
 }
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> regex.Pattern:
+    return regex.compile(pattern)
+
+
+def _any_line(pattern: str, lines: tuple[str, ...]) -> bool:
+    rx = _compiled(pattern)
+    return any(rx.search(line, timeout=1.0) for line in lines)
+
+
 @dataclass(frozen=True)
 class Decision:
     kind: ActionKind
@@ -67,6 +82,8 @@ def decide(ctx: PolicyContext, policies: list) -> Decision:
         if policy.error_type is not None and policy.error_type != ctx.error_type:
             continue
         if policy.category is not None and policy.category != ctx.category:
+            continue
+        if policy.preceded_by is not None and not _any_line(policy.preceded_by, ctx.preceding):
             continue
         if all(CONDITIONS[c](ctx) for c in policy.when):
             return Decision(policy.action, policy.reason, policy.id)

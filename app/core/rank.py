@@ -6,14 +6,21 @@ summaries, SIGTERM to peers, "remote process exited"); within a role the higher 
 (specificity: hardware > specific library failures > generic exceptions) wins, then the earlier
 line. An exception raised while handling / because of an earlier one is demoted to wrapper; a
 network error shortly after another rank died is a symptom of that death; an error after which
-training kept making progress is `recovered` and ranks below everything else. With no (or only
-recovered) events, a progress marker means the job hung; otherwise the first error-looking line
-becomes an `Unknown` root cause with low confidence; a launcher summary alone is `Unknown` too.
+training kept making progress is `recovered` and ranks below everything else; so is an error
+before a completion marker (training finished normally). With no (or only recovered) events: a
+completion marker or output without training progress is "no failure found" (`Unknown`,
+investigate, low confidence): nothing in the log shows a stall. Progress that stops without a
+completion marker means the job hung (a watcher diagnoses a job whose progress stopped, and a
+progress-only log is what it sends). Otherwise
+the first error-looking line becomes an `Unknown` root cause with low confidence; a launcher
+summary alone is `Unknown` too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import regex
 
 from app.core.compressed import BINARY_TEXT, CompressedLog
 from app.core.events import ErrorEvent
@@ -45,8 +52,10 @@ def effective_role(ev: ErrorEvent) -> Role:
 
 
 def _key(ev: ErrorEvent) -> tuple:
-    # a recovered event ranks below every symptom: training went on after it
-    return (-1 if ev.recovered else _ROLE_ORDER[effective_role(ev)], ev.priority, -ev.first_line)
+    # a recovered event ranks below every symptom: training went on after it; a Python warning
+    # (the program went on) ranks below every error, above recovered ones
+    tier = -2 if ev.recovered else (-1 if ev.warning else _ROLE_ORDER[effective_role(ev)])
+    return (tier, ev.priority, -ev.first_line)
 
 
 def _evidence(ev: ErrorEvent) -> list[Evidence]:
@@ -132,10 +141,40 @@ def recovered_before(log: CompressedLog) -> int:
     return recent[0].line
 
 
-def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
+def survived_before(log: CompressedLog) -> int:
+    """Errors whose last line is before this line did not stop the job: training went on after
+    them, or the run finished normally (a completion marker) after them."""
     before = recovered_before(log)
+    if log.completed is not None:
+        before = max(before, log.completed.line)
+    return before
+
+
+_NONFINITE_KEY = regex.compile(r"(?i)\b((?:[a-z]+[_ ])?(?:loss|grad[_ ]norm))'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?(?:nan|inf)\b")
+
+
+def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:
+    """A later line prints the quantity that was nan/inf (same key) with a finite value."""
+    m = _NONFINITE_KEY.search(ev.text)
+    if m is None:
+        return False
+    finite = regex.compile(regex.escape(m.group(1)) + r"'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?\d", regex.I)
+    later = [t.text for t in log.templates if t.first_line > ev.last_line]
+    later += [text for line, text in log.context.items() if line > ev.last_line]
+    return any(finite.search(text) for text in later)
+
+
+def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
+    before = survived_before(log)
     for ev in events:
-        if not ev.rule_id.startswith("metrics.") and ev.last_line < before:
+        # a non-finite loss is not cured by more steps: training "going on" with nan is the fault,
+        # unless the same quantity is finite again later (an fp16 step the loss scaler skipped)
+        if ev.error_type is ErrorType.NaNLoss and not ev.rule_id.startswith("metrics."):
+            ev.recovered = _finite_again(ev, log)
+            continue
+        if ev.rule_id.startswith("metrics."):
+            continue
+        if ev.last_line < before or ev.retried:  # a retried request is handled by its client
             ev.recovered = True
 
 
@@ -202,8 +241,20 @@ def _stalled_after_recovered(events: list[ErrorEvent], log: CompressedLog) -> Ra
     return hang
 
 
+NO_FAILURE_CONFIDENCE = 0.2
+
+
+def _no_failure(why: str, evidence: list[Evidence]) -> Ranking:
+    """A run the log does not show failing: not a diagnosis of a fault, so no failure type and a
+    low confidence; the action falls to `investigate` (look outside the log if the job did fail)."""
+    rc = RootCause(
+        error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=NO_FAILURE_CONFIDENCE,
+        evidence=evidence, explanation=f"no failure found: {why}")
+    return Ranking(rc, None, [], only_symptoms=False)
+
+
 def _no_events(log: CompressedLog) -> Ranking:
-    before = recovered_before(log)
+    before = survived_before(log)
     flagged = [f for f in log.flagged_lines if f[0] >= before]  # error-looking lines training survived
     if flagged:
         line, text = flagged[0]
@@ -218,6 +269,11 @@ def _no_events(log: CompressedLog) -> Ranking:
             explanation=("No error in the part of the log that was read; reading stopped at a limit "
                          "(see the notes) before the end, so neither the failure nor a stall can be told."))
         return Ranking(rc, None, [], only_symptoms=False)
+    if (done := log.completed) is not None:
+        return _no_failure(
+            f"training finished normally (line {done.line}: {(done.text or '').strip()[:200]}) and no error "
+            "follows. If the job did not exit after this, it hung in shutdown (take stack dumps).",
+            [Evidence(line=done.line, text=(done.text or "")[:2000])])
     if log.last_progress is not None:
         p = log.last_progress
         rc = RootCause(
@@ -229,14 +285,13 @@ def _no_events(log: CompressedLog) -> Ranking:
                          + ". The job stopped making progress without an error."))
         return Ranking(rc, None, [], only_symptoms=False)
     text_lines = [t for t in log.templates if t.text != BINARY_TEXT]
-    if text_lines:  # output, but no error and no training step: it stalled while starting
+    if text_lines:  # output, but no error and no training step: nothing shows that it stalled
         last = max(text_lines, key=lambda t: t.last_line)
-        rc = RootCause(
-            error_type=ErrorType.Hang, category=Category.FRAMEWORK, confidence=0.3,
-            evidence=[Evidence(line=last.last_line, text=last.last_line_text[:2000])],
-            explanation=(f"No error and no training progress in the log; it stops at line {last.last_line}, "
-                         "so the job stalled during start-up (initialisation, data loading, the first step)."))
-        return Ranking(rc, None, [], only_symptoms=False)
+        return _no_failure(
+            f"no error and no training progress in the log; it ends at line {last.last_line}. If the job "
+            "was stopped for making no progress, it stalled during start-up (initialisation, data loading, "
+            "the first step): take stack dumps.",
+            [Evidence(line=last.last_line, text=last.last_line_text[:2000])])
     rc = RootCause(
         error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1,
         evidence=[], explanation="No error and no training progress were found in the log.")

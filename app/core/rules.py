@@ -84,6 +84,9 @@ class FilterRuleSpec(_RuleBase):
     extract: bool = False
     # the line marks training progress (last-progress marker for hang detection)
     progress: bool = False
+    # the line says training finished normally (needs progress: true): a log without an error
+    # after it is reported as no failure, not as a hang
+    completion: bool = False
 
 
 class PolicySpec(BaseModel):
@@ -92,6 +95,9 @@ class PolicySpec(BaseModel):
     error_type: ErrorType | None = None
     category: Category | None = None
     when: list[str] = Field(default_factory=list)
+    # a regex one of the lines up to the root cause must match (its own line included): the
+    # job's own step that explains the error, e.g. rank 0 tokenizing before a collective timeout
+    preceded_by: str | None = None
     action: ActionKind
     reason: str
 
@@ -103,6 +109,13 @@ class PolicySpec(BaseModel):
         unknown = [c for c in value if c not in CONDITIONS]
         if unknown:
             raise ValueError(f"unknown condition(s) {unknown}; known: {sorted(CONDITIONS)}")
+        return value
+
+    @field_validator("preceded_by")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            regex.compile(value)
         return value
 
 

@@ -10,7 +10,7 @@ from app.core.pipeline import Pipeline
 def test_startup_hang_evidence_pairs_last_line_with_its_own_text():
     log = b"worker heartbeat 1\nworker heartbeat 2\nworker heartbeat 3\n"
     root = Pipeline().diagnose(io.BytesIO(log), workers=1).diagnosis.root_cause
-    assert root.error_type == "Hang"
+    assert root.error_type == "Unknown"  # no error, no progress: "no failure found", naming the last line
     assert [(e.line, e.text) for e in root.evidence] == [(3, "worker heartbeat 3")]
 
 

@@ -1,0 +1,82 @@
+"""Runs the log does not show failing are reported as "no failure found", not as a hang.
+
+A finished run (a trainer's completion marker) or start-up output without an error: type
+Unknown, action investigate, low confidence. A hang needs training progress that stops without
+a completion marker; an error before a completion marker did not stop the run.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from app.core.pipeline import Pipeline
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return Pipeline()
+
+
+def run(pipe, text: str):
+    return pipe.diagnose(io.BytesIO(text.encode())).diagnosis
+
+
+def hf_steps(n: int) -> list[str]:
+    return [f"{{'loss': {2.0 - i / 100:.4f}, 'grad_norm': 0.9, 'learning_rate': 2e-05, 'epoch': {i / 100:.2f}}}"
+            for i in range(1, n + 1)]
+
+
+def no_failure(d) -> bool:
+    return (d.root_cause.error_type == "Unknown" and d.action.kind == "investigate"
+            and d.root_cause.confidence < 0.4 and d.root_cause.explanation.startswith("no failure found"))
+
+
+@pytest.mark.parametrize("finish", [
+    "{'train_runtime': 1234.5, 'train_samples_per_second': 12.3, 'train_steps_per_second': 0.4, 'train_loss': 1.9, 'epoch': 1.0}",
+    "Training completed. Do not forget to share your model on huggingface.co/models =)",
+    "`Trainer.fit` stopped: `max_epochs=3` reached.",
+    "***** train metrics *****",
+])
+def test_a_completion_marker_after_training_is_no_failure(pipe, finish):
+    lines = ["Loading model", "/usr/lib/python3/torch/utils/checkpoint.py:61: UserWarning: None of the inputs "
+             "have requires_grad=True. Gradients will be None"] + hf_steps(30) + [finish, "Saving model to out/"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert no_failure(d), d.root_cause
+    assert d.root_cause.evidence[0].text.strip() == finish
+
+
+def test_the_same_log_without_the_completion_marker_is_a_hang(pipe):
+    lines = ["Loading model", "***** Running training *****"] + hf_steps(30) + ["***** Running Evaluation *****"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "Hang"
+
+
+def test_an_error_before_the_completion_marker_did_not_stop_the_run(pipe):
+    lines = hf_steps(5) + ["wandb: Network error (ReadTimeout), entering retry loop."] + hf_steps(2) + [
+        "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='api.wandb.ai', port=443): Read timed out.",
+        "Training completed. Do not forget to share your model on huggingface.co/models =)"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert no_failure(d), d.root_cause
+    assert d.co_occurring and {c.role for c in d.co_occurring} == {"recovered"}
+
+
+def test_an_error_after_the_completion_marker_is_the_failure(pipe):
+    lines = hf_steps(5) + ["{'train_runtime': 12.5, 'train_samples_per_second': 1.0, 'epoch': 1.0}",
+                           "OSError: [Errno 28] No space left on device"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type != "Unknown"
+
+
+def test_progress_that_stops_without_a_completion_marker_is_a_hang(pipe):
+    # what a watcher sends for a job whose progress stopped
+    d = run(pipe, "\n".join(hf_steps(40)) + "\n")
+    assert d.root_cause.error_type == "Hang"
+
+
+def test_nan_before_a_completion_marker_is_still_the_failure(pipe):
+    lines = hf_steps(5) + ["{'loss': nan, 'grad_norm': nan, 'learning_rate': 2e-05, 'epoch': 0.06}"] * 3 + [
+        "Training completed. Do not forget to share your model on huggingface.co/models =)"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "NaNLoss"

@@ -1,0 +1,116 @@
+"""Ranking and policy principles learned from the real-failure corpus, on the shipped rules.
+
+- a Python warning never outranks an exception (the program went on after the warning);
+- a non-finite loss is not "recovered" by later steps, and one the log shows from the start is
+  investigated, not rolled back;
+- a collective timeout caused by the job's own slow step (tokenizing, saving) is no_retry; one
+  with no visible cause is investigated.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from app.core.pipeline import Pipeline
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return Pipeline()
+
+
+def run(pipe, text: str):
+    return pipe.diagnose(io.BytesIO(text.encode())).diagnosis
+
+
+def hf_steps(n: int, start: int = 1) -> list[str]:
+    return [f"{{'loss': 1.5, 'grad_norm': 0.9, 'learning_rate': 2e-05, 'epoch': {i / 100:.2f}}}"
+            for i in range(start, start + n)]
+
+
+TIMEOUT = ("[E ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, "
+           "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800529 milliseconds before timing out.")
+
+
+def test_a_warning_never_outranks_an_exception(pipe):
+    lines = ["/env/lib/python3.9/site-packages/torch/cuda/__init__.py:138: UserWarning: CUDA initialization: The "
+             "NVIDIA driver on your system is too old (found version 10020).",
+             "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+             "socket.timeout: timed out"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("ConnectionError", "retry")
+    # alone, the warning is still reported (it is the only signal)
+    d = run(pipe, lines[0] + "\n")
+    assert d.root_cause.error_type == "CUDAError"
+
+
+def test_nan_is_not_recovered_by_more_steps(pipe):
+    bars = [f" {i}%|█         | {i * 20}/2000 [03:12<23:30,  1.25it/s]" for i in range(11, 16)]
+    lines = hf_steps(20) + ["Epoch: 0, Step: 1000 / 230430, loss = nan"] + bars
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "NaNLoss" and d.action.kind == "rollback_and_skip"
+
+
+def test_a_nan_the_same_quantity_recovers_from_is_a_skipped_step(pipe):
+    # fp16 loss scaling: one interval logs grad_norm nan (the step was skipped), the next is finite
+    head = " Epoch [1][{n}/62598]\tlr: 1.000e-03, time: 0.539, loss: {loss}, grad_norm: {g}"
+    lines = [head.format(n=100, loss=1.9091, g="nan"), head.format(n=200, loss=0.9186, g=3.9772)]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "Unknown" and d.action.kind == "investigate"
+    d = run(pipe, lines[1] + "\n" + lines[0] + "\n")  # nan at the end: not recovered
+    assert d.root_cause.error_type == "NaNLoss"
+
+
+def test_nan_with_no_training_before_it_is_investigated(pipe):
+    d = run(pipe, "loading model\nloss tensor(nan, device='cuda:0', dtype=torch.float16)\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("NaNLoss", "investigate")
+    d = run(pipe, "epoch: 0|step: 3196|ppo_ep: 1|act_loss: inf|cri_loss: inf\n")  # the line names a late step
+    assert (d.root_cause.error_type, d.action.kind) == ("NaNLoss", "rollback_and_skip")
+
+
+def test_fp16_loss_scale_collapse_is_nan_loss(pipe):
+    lines = [f"| WARNING: overflow detected, setting loss scale to: {2.0 ** -k}" for k in range(8, 14)]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("NaNLoss", "rollback_and_skip")
+    assert run(pipe, "| WARNING: overflow detected, setting loss scale to: 64.0\n").root_cause.error_type != "NaNLoss"
+
+
+@pytest.mark.parametrize("step", [
+    "Running tokenizer on dataset:   9%|███▊      | 280000/2969526 [29:55<4:47:28, 155.96 examples/s]",
+    "[default0]:Grouping texts in chunks of 2049:   8%|▊         | 726000/9672101 [02:32<30:38, 4866.01 examples/s]",
+    "Saving model checkpoint to /output/checkpoint-500",
+])
+def test_a_timeout_behind_the_jobs_own_slow_step_is_no_retry(pipe, step):
+    d = run(pipe, "\n".join([step] + [TIMEOUT.format(r=r) for r in (1, 2, 3)]) + "\n")
+    assert d.root_cause.error_type == "NCCLTimeoutError" and d.action.kind == "no_retry"
+
+
+def test_a_timeout_with_no_visible_cause_is_investigated(pipe):
+    d = run(pipe, "\n".join(hf_steps(3) + [TIMEOUT.format(r=r) for r in range(4)]) + "\n")
+    assert d.root_cause.error_type == "NCCLTimeoutError" and d.action.kind == "investigate"
+
+
+def test_disk_full_is_a_storage_error_whatever_carries_it(pipe):
+    for line in ("OSError: [Errno 28] No space left on device",
+                 "RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 3012542848 vs 3012542736",
+                 "safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
+                 "message: \"No space left on device\" })"):
+        d = run(pipe, line + "\n")
+        assert (d.root_cause.error_type, d.action.kind) == ("StorageError", "no_retry"), line
+
+
+def test_argparse_error_without_the_prog_prefix(pipe):
+    d = run(pipe, "`error: unrecognized arguments: --local_rank=0`\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("ArgumentError", "no_retry")
+
+
+def test_a_request_its_client_retried_is_not_the_cause(pipe):
+    lines = ["Traceback (most recent call last):", "TimeoutError: The read operation timed out", "",
+             "'(ReadTimeoutError(\"HTTPSConnectionPool(host='huggingface.co', port=443): Read timed out. (read "
+             "timeout=10)\"), '(Request ID: 4c1f)')' thrown while requesting HEAD https://huggingface.co/x/config.json",
+             "Retrying in 1s [Retry 1/5].", "Traceback (most recent call last):", "KeyError: 'text'"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "KeyError"
+    assert ("ConnectionError", "recovered") in [(c.error_type, c.role) for c in d.co_occurring]
