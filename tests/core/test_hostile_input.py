@@ -89,9 +89,11 @@ def test_a_log_cut_short_is_not_called_a_hang(tmp_path):
     from app.core.pipeline import Pipeline
 
     path = tmp_path / "job.log"
-    path.write_bytes(b"".join(b"worker heartbeat %d\n" % i for i in range(1000)))
+    path.write_bytes(b"".join(b" iteration %8d/  500000 | consumed samples: %12d | elapsed time per iteration (ms): "
+                              b"1234.5 | learning rate: 1.500E-04 | lm loss: 2.345678E+00 |\n" % (i, 512 * i)
+                              for i in range(1, 1001)))
     whole = Pipeline().diagnose(path, workers=1).diagnosis.root_cause
-    assert whole.error_type == "Hang"  # read to the end: it stalled
+    assert whole.error_type == "Hang"  # read to the end: progress stopped without a completion marker
 
     class AfterFirstChunk(Limits):  # the deadline passes while the first chunk is being read
         calls = 0
