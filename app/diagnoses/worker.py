@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Protocol
 
 import anyio
-from sqlalchemy import text
 
 from app.api.metrics import Metrics
 from app.core.placement import JobPlacement
 from app.db.engine import Database
+from app.db.queue_schema import ensure_procrastinate_schema
 from app.diagnoses import service
 from app.diagnoses.executor import PipelineExecutor
 from app.logs.sizing import decoded_size_over
@@ -118,7 +118,6 @@ class LocalQueue:
 class ProcrastinateQueue:
     QUEUE = "diagnoses"
     TASK = "logdx.diagnose"
-    _SCHEMA_LOCK = 0x6C6F6764  # pg advisory lock id: concurrent replicas apply the schema once
 
     def __init__(self, *, worker: DiagnosisWorker, db: Database, enabled: bool, concurrency: int) -> None:
         import procrastinate
@@ -135,13 +134,7 @@ class ProcrastinateQueue:
         self._worker_task: asyncio.Task | None = None
 
     def _ensure_schema(self) -> None:
-        from procrastinate.schema import SchemaManager
-
-        with self.db.engine.begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": self._SCHEMA_LOCK})
-            if conn.execute(text("SELECT to_regclass('procrastinate_jobs')")).scalar() is None:
-                # simple-query protocol (no parameters) allows the multi-statement schema
-                conn.connection.driver_connection.execute(SchemaManager.get_schema())
+        ensure_procrastinate_schema(self.db)
 
     async def start(self) -> None:
         await anyio.to_thread.run_sync(self._ensure_schema)

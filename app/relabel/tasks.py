@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
-from sqlalchemy import text
 
 from app.core.pipeline import Pipeline
 from app.db.engine import Database
+from app.db.queue_schema import ensure_procrastinate_schema
 from app.diagnoses.executor import PipelineExecutor, build_pipeline, build_refiner
 from app.logs.storage import BlobStore
 from app.relabel import service
@@ -175,7 +175,6 @@ class ProcrastinateRelabelQueue:
 
     QUEUE = "relabel"
     TASK = "logdx.relabel_range"
-    _SCHEMA_LOCK = 0x6C6F6764  # the same advisory lock as the diagnosis queue: the schema is applied once
     DEFER_BATCH = 500
 
     def __init__(self, *, worker: RelabelWorker, db: Database, enabled: bool, concurrency: int,
@@ -197,12 +196,7 @@ class ProcrastinateRelabelQueue:
         self._reaper_task: asyncio.Task | None = None
 
     def _ensure_schema(self) -> None:
-        from procrastinate.schema import SchemaManager
-
-        with self.db.engine.begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": self._SCHEMA_LOCK})
-            if conn.execute(text("SELECT to_regclass('procrastinate_jobs')")).scalar() is None:
-                conn.connection.driver_connection.execute(SchemaManager.get_schema())
+        ensure_procrastinate_schema(self.db)
 
     async def start(self) -> None:
         await anyio.to_thread.run_sync(self._ensure_schema)
