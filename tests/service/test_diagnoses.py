@@ -61,8 +61,9 @@ def test_diagnoses_are_never_overwritten(client, sched):
     listed = client.get(f"/v1/jobs/{job}/diagnoses", headers=sched).json()["items"]
     assert [d["id"] for d in listed] == [second["id"], first["id"]]
     assert client.get(f"/v1/diagnoses/{first['id']}", headers=sched).json()["diagnosis"] == first["diagnosis"]
-    # a log with output but no error and no training progress reads as a stall during start-up
-    assert second["diagnosis"]["root_cause"]["error_type"] == "Hang"
+    # a log with output but no error and no training progress shows no failure (not a stall)
+    assert second["diagnosis"]["root_cause"]["error_type"] == "Unknown"
+    assert second["diagnosis"]["root_cause"]["explanation"].startswith("no failure found")
 
 
 def test_labels_confirm_and_correct(client, sched, eng):
