@@ -61,7 +61,7 @@ def test_diagnoses_are_never_overwritten(client, sched):
     listed = client.get(f"/v1/jobs/{job}/diagnoses", headers=sched).json()["items"]
     assert [d["id"] for d in listed] == [second["id"], first["id"]]
     assert client.get(f"/v1/diagnoses/{first['id']}", headers=sched).json()["diagnosis"] == first["diagnosis"]
-    # output with no error and no training progress shows no failure (not a start-up stall)
+    # a log with output but no error and no training progress shows no failure (not a stall)
     assert second["diagnosis"]["root_cause"]["error_type"] == "Unknown"
     assert second["diagnosis"]["root_cause"]["explanation"].startswith("no failure found")
 
