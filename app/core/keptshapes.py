@@ -31,24 +31,56 @@ _DIGIT_RUN = re.compile(rb"[0-9]+")
 Fields = tuple[int, int, int, int]  # (rank lo, rank hi, host lo, host hi), inclusive ranges
 
 
+_QUANT = re.compile(r"(?:[?*+]|\{\d*,?\d*\})[?+]?")
+_DIGIT_CLASS = re.compile(r"\[(?:\d(?:-\d)?|\\d)+\]")
+
+
 def relax_digits(pattern: str) -> str:
-    """The pattern with each literal digit (outside classes, escapes and `{m,n}`) made `\\d`."""
+    """The pattern with every digit atom (a literal digit, `\\d`, a class of digits only) and its
+    quantifier made `\\d*`: it matches a line whenever the rule matches some line of the same
+    shape (any digits, any number of them). Over-matching only costs speed (the shape's lines
+    keep going through the rules); under-matching would hide an error (`loss scale to: 0.25`
+    and `… to: 0.0001` have one shape, and only the second is a collapse)."""
     out: list[str] = []
     i, n, in_class = 0, len(pattern), False
+
+    def digit_atom(width: int) -> None:
+        nonlocal i
+        i += width
+        q = _QUANT.match(pattern, i)
+        if q:
+            i = q.end()
+        if not (out and out[-1] == r"\d*"):
+            out.append(r"\d*")
+
     while i < n:
         c = pattern[i]
+        if in_class:
+            if c == "\\":
+                out.append(pattern[i:i + 2])
+                i += 2
+                continue
+            in_class = c != "]" or (out and out[-1] in ("[", "[^"))
+            out.append(c)
+            i += 1
+            continue
         if c == "\\":
-            width = {"x": 4, "u": 6, "U": 10}.get(pattern[i + 1:i + 2], 2)
-            if pattern[i + 1:i + 2].isdigit():  # a backreference or octal escape
+            nxt = pattern[i + 1:i + 2]
+            if nxt == "d":
+                digit_atom(2)
+                continue
+            width = {"x": 4, "u": 6, "U": 10}.get(nxt, 2)
+            if nxt.isdigit():  # a backreference or octal escape
                 while i + width < n and pattern[i + width].isdigit():
                     width += 1
             out.append(pattern[i:i + width])
             i += width
             continue
-        if in_class:
-            in_class = c != "]" or (out and out[-1] in ("[", "[^"))
-            out.append(c)
-        elif c == "[":
+        m = _DIGIT_CLASS.match(pattern, i)
+        if m:
+            digit_atom(m.end() - i)
+            continue
+        if c == "[":
             in_class = True
             if pattern.startswith("[^", i):
                 out.append("[^")
@@ -63,7 +95,8 @@ def relax_digits(pattern: str) -> str:
                 continue
             out.append(c)
         elif c.isdigit():
-            out.append(r"\d")
+            digit_atom(1)
+            continue
         else:
             out.append(c)
         i += 1

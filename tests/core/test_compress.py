@@ -247,7 +247,24 @@ def test_variant_key_and_relaxed_digits():
     assert variant_key(b"node-01: [rank3]: plain 7", fields) == variant_key(b"node-01: [rank3]: plain 9", fields)
     assert variant_key(b"node-01: [rank3]: plain 7", fields) != variant_key(b"node-01: [rank31]: plain 7", fields)
     assert variant_key(b"node-01: [rank3]: plain 7", fields) != variant_key(b"node-11: [rank3]: plain 7", fields)
-    assert relax_digits(r"Xid (?P<xid>48|64)\b[0-9a-f]{4}\x1b\d{1,3}") == r"Xid (?P<xid>\d\d|\d\d)\b[0-9a-f]{4}\x1b\d{1,3}"
+    assert relax_digits(r"Xid (?P<xid>48|64)\b[0-9a-f]{4}\x1b\d{1,3}") == r"Xid (?P<xid>\d*|\d*)\b[0-9a-f]{4}\x1b\d*"
+    # digit counts are relaxed too: one shape holds `to: 0.25` and the collapse `to: 0.0001`
+    loose = relax_digits(r"loss scale to:? (?:0\.000\d*|\d(?:\.\d+)?[eE]-(?:0?[4-9]|[1-9]\d))\b")
+    assert loose == r"loss scale to:? (?:\d*\.\d*|\d*(?:\.\d*)?[eE]-(?:\d*|\d*))\b"
+
+
+def test_a_digit_sensitive_error_of_a_kept_shape_is_never_counted_away():
+    """`setting loss scale to: 0.25` survives as a plain line; later lines of the same shape
+    carry the collapse (`… to: 0.0001220703125`), which only the rule's digits tell apart."""
+    import io
+
+    from app.core.pipeline import Pipeline
+
+    scales = [0.25 / 2 ** k for k in range(12)]
+    log = "".join(f"| WARNING: overflow detected, setting loss scale to: {s!r}\n" for s in scales)
+    for workers in (1,):
+        d = Pipeline().diagnose(io.BytesIO(log.encode()), workers=workers).diagnosis
+        assert (d.root_cause.error_type.value, d.root_cause.rule_id) == ("NaNLoss", "loss-scale-collapse")
 
 
 def test_binary_junk_is_skipped_early_and_said_so(rules_min, compress_source):
