@@ -159,6 +159,8 @@ def test_isolate_names_the_host_from_the_registered_job(client, sched):
     action = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()["diagnosis"]["action"]
     # hosts in the job's list order (sorted, as Slurm expands a node list), 8 ranks each
     assert (action["kind"], action["suspect_ranks"], action["suspect_hosts"]) == ("isolate_and_restart", [9], ["gpu-b"])
-    # the same bytes without a job to map ranks: no host, so no isolate
+    # the same bytes without a job to map ranks: no host named, and the reason sends the
+    # controller to probe the job's nodes (nothing is drained on a guess)
     one_shot = client.post("/v1/diagnose", content=log, headers=sched).json()["action"]
-    assert (one_shot["kind"], one_shot["suspect_hosts"]) == ("investigate", [])
+    assert (one_shot["kind"], one_shot["suspect_hosts"]) == ("isolate_and_restart", [])
+    assert "No host can be named" in one_shot["reason"] and "probe the job's nodes" in one_shot["reason"]
