@@ -142,7 +142,7 @@ PICKS = [
     ("RuntimeError: DataLoader worker (pid 2256) is killed by signal: Aborted. ", ErrorType.DataloaderKilled, Role.CAUSE),
     ("RuntimeError: DataLoader worker (pid 2256) is killed by signal: Killed. ", ErrorType.DataloaderKilled, Role.CAUSE),
     ("OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached files", ErrorType.ModelLoadingError, Role.CAUSE),
-    ("OSError: [Errno 28] No space left on device", ErrorType.StorageError, Role.CAUSE),
+    ("OSError: [Errno 28] No space left on device", ErrorType.OSError, Role.CAUSE),
     ("ValueError: Not able to read records in the JSON file at /data/train.json.", ErrorType.DatasetLoadingError, Role.CAUSE),
     ("Exception: Skipped 50 iterations in a row due to Overflow - Exiting training.", ErrorType.NaNLoss, Role.CAUSE),
     ("hdfsWrite: NewByteArray error: OutOfMemoryError: Java heap spacejava.lang.OutOfMemoryError: Java heap space", ErrorType.StorageError, Role.CAUSE),
