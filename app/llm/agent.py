@@ -405,7 +405,8 @@ class FailureAgent:
                        explanation=(f"No rule matched. Line {ev.line} is closest to the rule library's examples "
                                     f"of {ev.error_type.value} (rules {rules}; similarity "
                                     f"{max(m.similarity for m in ev.support):.2f})."))
-        action = self._action(ev.error_type, ev.category, confidence, None, None, "example retrieval")
+        action = _named(self._action(ev.error_type, ev.category, confidence, None, None, "example retrieval"),
+                        result)
         notes.append(f"example retrieval: {ev.error_type.value} (confidence {ev.confidence:.2f}) from line "
                      f"{ev.line}, nearest rules {rules}")
         return original.model_copy(update={"root_cause": rc, "action": action, "decided_by": DecidedBy.RETRIEVAL,
@@ -430,7 +431,8 @@ class FailureAgent:
 
 
 def _named(action: Action, result: Any) -> Action:
-    """The hosts of an isolate action, as the pipeline names them (or investigate)."""
+    """The hosts of an isolate action, as the pipeline names them (or a reason saying the node
+    probe must find them)."""
     from app.core.placement import name_hosts
 
     return name_hosts(action, rank_hosts=getattr(result.compressed, "rank_hosts", {}) or {},
