@@ -20,6 +20,7 @@ from app.diagnoses.models import DiagnosisRow
 from app.failures.models import FailureGroupState, GroupState
 from app.failures.schemas import FailureGroupOut
 from app.jobs.models import Job, JobHost
+from app.jobs.service import JobFilter, filter_jobs
 from app.labels.models import Label
 
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
@@ -60,26 +61,13 @@ class Failure:
         return evidence[0]["text"] if evidence else None
 
 
-def _when():  # noqa: ANN202
-    return func.coalesce(Job.ended_at, Job.created_at)
-
-
 def _failures_query(flt: FailureFilter):  # noqa: ANN202
-    query = select(Job, DiagnosisRow).join(DiagnosisRow, DiagnosisRow.id == Job.diagnosis_id)
-    if flt.cluster:
-        query = query.where(Job.cluster == flt.cluster)
-    if flt.error_type:
-        query = query.where(Job.error_type == flt.error_type)
-    if flt.category:
-        query = query.where(Job.category == flt.category)
-    if flt.host:
-        query = query.where(Job.id.in_(select(JobHost.job_id).where(JobHost.host == flt.host)))
+    query = filter_jobs(
+        select(Job, DiagnosisRow).join(DiagnosisRow, DiagnosisRow.id == Job.diagnosis_id),
+        JobFilter(cluster=flt.cluster, error_type=flt.error_type, category=flt.category, host=flt.host,
+                  since=flt.since, until=flt.until))
     if flt.fingerprint:
         query = query.where(DiagnosisRow.fingerprint == flt.fingerprint)
-    if flt.since:
-        query = query.where(_when() >= flt.since)
-    if flt.until:
-        query = query.where(_when() < flt.until)
     if flt.unlabelled:
         query = query.where(~select(Label.id).where(Label.diagnosis_id == DiagnosisRow.id).exists())
     if flt.search:

@@ -91,7 +91,8 @@ class JobFilter:
     until: datetime | None = None
 
 
-def _filtered(query, flt: JobFilter):  # noqa: ANN001, ANN202
+def filter_jobs(query, flt: JobFilter):  # noqa: ANN001, ANN202
+    """`query` (over Job, possibly joined) narrowed by `flt`; time is when the job ended, else created."""
     if flt.cluster:
         query = query.where(Job.cluster == flt.cluster)
     if flt.state:
@@ -111,10 +112,10 @@ def _filtered(query, flt: JobFilter):  # noqa: ANN001, ANN202
 
 
 def list_jobs(*, session: Session, flt: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:
-    total = session.scalar(_filtered(select(func.count(Job.id)), flt)) or 0
-    rows = session.scalars(_filtered(select(Job), flt).order_by(Job.id.desc()).limit(limit).offset(offset))
+    total = session.scalar(filter_jobs(select(func.count(Job.id)), flt)) or 0
+    rows = session.scalars(filter_jobs(select(Job), flt).order_by(Job.id.desc()).limit(limit).offset(offset))
     return list(rows), total
 
 
 def filtered_jobs_query(flt: JobFilter):  # noqa: ANN201
-    return _filtered(select(Job), flt)
+    return filter_jobs(select(Job), flt)
