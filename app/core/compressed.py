@@ -295,3 +295,10 @@ def series_points(log: CompressedLog, limit: int = SERIES_POINTS) -> list[dict]:
     out += [{"line": p.line, "step": p.step, "values": {}, "nan": sorted(p.values)} for p in log.nan_points[:50]]
     out.sort(key=lambda p: p["line"])
     return out
+
+
+def mostly_unfiltered(log: CompressedLog, *, min_lines: int = 1000, min_share: float = 0.1) -> bool:
+    """Did many lines survive the filters (a metric format no filter rule knows)? The cheap test
+    before the log agent proposes filter rules."""
+    stats = log.stats
+    return stats.lines_kept >= min_lines and stats.lines_kept >= min_share * max(1, stats.lines_in)

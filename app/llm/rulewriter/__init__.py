@@ -2,8 +2,8 @@
 
 from app.llm.rulewriter.validate import Validation, validate_rule
 from app.llm.rulewriter.writers import (
-    DiagnosisRuleWriter, FilterRuleWriter, Proposal, bulk_unfiltered, propose_filter_rules, surviving_lines,
+    DiagnosisRuleWriter, FilterRuleWriter, Proposal, propose_filter_rules, surviving_lines,
 )
 
-__all__ = ["DiagnosisRuleWriter", "FilterRuleWriter", "Proposal", "Validation", "bulk_unfiltered",
+__all__ = ["DiagnosisRuleWriter", "FilterRuleWriter", "Proposal", "Validation",
            "propose_filter_rules", "surviving_lines", "validate_rule"]

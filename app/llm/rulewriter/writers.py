@@ -265,9 +265,3 @@ def error_examples(ruleset: Any = None) -> list[str]:
 
         ruleset = load_rules()
     return [text for rule in ruleset.diagnosis for text in rule.spec.examples.match]
-
-
-def bulk_unfiltered(compressed: Any, *, min_lines: int = 1000, min_share: float = 0.1) -> bool:
-    """Cheap test before proposing: did many lines survive the filters (an unknown format)?"""
-    stats = compressed.stats
-    return stats.lines_kept >= min_lines and stats.lines_kept >= min_share * max(1, stats.lines_in)
