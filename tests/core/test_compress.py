@@ -183,6 +183,37 @@ def test_c_shape_hash_ignores_digits_of_any_width_in_long_lines():
     assert n == 2 and [s[0] for s in survivors] == [1] and table.counts()[1] == 1
 
 
+@pytest.mark.skipif(ShapeTable is None, reason="C scan loop not built")
+def test_vector_and_byte_compaction_hash_every_shape_the_same():
+    """The SSSE3 compaction (16 bytes a step) and the byte loop must give one hash per shape:
+    tables built with one are probed with the other, at every length around the 16-byte steps
+    and the 256-byte blocks, with digits at random places (and bytes that are not ASCII)."""
+    import random
+
+    from app.core._shapescan import set_simd
+
+    rnd = random.Random(7)
+    alphabet = b"ab :=[]|.-_/\t\x80\xff"
+    previous = set_simd(True)
+    try:
+        for n in [*range(0, 40), *range(240, 290), 700]:
+            shape = bytes(rnd.choice(alphabet) for _ in range(n))
+            with_digits = bytearray()
+            for c in shape:
+                if rnd.random() < 0.3:
+                    with_digits += str(rnd.randrange(10 ** rnd.randrange(1, 12))).encode()
+                with_digits.append(c)
+            for build, probe in ((True, False), (False, True), (True, True)):
+                set_simd(build)
+                table = ShapeTable(1)
+                table.add(shape, 0)
+                set_simd(probe)
+                assert table.has(bytes(with_digits)), (n, build, probe)
+                assert not table.has(shape + b"x")
+    finally:
+        set_simd(previous)
+
+
 def test_the_c_scan_loop_is_built():
     """The C loop is optional at install time but CI must build it: a silent fallback would
     only show up as a 3x slower benchmark. Set LOGDX_ALLOW_PURE_PYTHON=1 where no compiler exists."""
