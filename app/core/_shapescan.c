@@ -10,11 +10,12 @@
  *   - the last LAST_PROGRESS lines whose value carries the PROGRESS flag.
  * Shapes judged *kept* (plain lines of a known template, no error in them) are in the table too,
  * with the KEEP flag and a slot id: their lines are counted per slot (count, last line) here, and
- * only a line whose rank/host fields carry values not seen before for that slot (a *variant*)
- * goes back to Python, so that a template's rank and host sets stay complete. The fields are
+ * only the rank and host of a line whose rank/host fields carry values not seen before for that
+ * slot (a *variant*) go back to Python, so that a template's rank and host sets stay complete.
+ * Lines of a `\r`-redrawn progress bar are dropped here when every segment's shape is known. The fields are
  * ranges of shape positions (the number of non-digit bytes before a digit run), learned by the
  * Python side from the shape's first line.
- * `scan_from` stops after a given number of survivors, so that the Python side judges the new
+ * `scan_from` stops after a given number of new-shape lines, so that the Python side judges the new
  * shapes and resumes: lines of a shape learned in the middle of a chunk are then dropped or
  * counted here, not in Python.
  * The Python side (app/core/compressor.py) judges new shapes with the rules and adds them.
@@ -26,6 +27,7 @@
 
 #define FLAG_EXTRACT 0x10000
 #define FLAG_PROGRESS 0x20000
+#define FLAG_PREFIX 0x40000 /* a \r segment that is only a launcher prefix: no shape of its own */
 #define FLAG_KEEP 0x40000000
 #define VALUE_MASK 0xFFFF
 #define KEEP_MASK 0xFFFFFF
@@ -36,7 +38,10 @@
 typedef struct {
     uint64_t count; /* lines counted here (never seen by Python) */
     int64_t last;   /* line number of the last of them, 0 = none */
-    Py_ssize_t last_a, last_b; /* its span in the buffer of the current scan (see take_touched) */
+    Py_ssize_t last_a, last_b; /* its span in the buffer of the current scan (see save_touched) */
+    unsigned char *text; /* a copy of the last counted line of an earlier buffer (save_touched) */
+    size_t text_len, text_cap;
+    int64_t text_line;
     int32_t lo1, hi1, lo2, hi2; /* shape-position ranges of the variant fields (lo > hi: none) */
     int touched;    /* counted a line of the buffer being scanned */
 } KeepSlot;
@@ -57,7 +62,7 @@ typedef struct {
     size_t nkeep, keepcap;
     uint64_t *variants; /* open-addressing set of (slot, field values) hashes, 0 = empty */
     size_t vcap, vused;
-    size_t *touched; /* slots counted in the current buffer, for take_touched */
+    size_t *touched; /* slots counted in the current buffer, for save_touched */
     size_t ntouched, touchedcap;
 } ShapeTable;
 
@@ -252,13 +257,14 @@ static int variants_insert(ShapeTable *t, uint64_t key) {
     return 1;
 }
 
-/* A line of a kept shape: 0 when counted here, 1 when Python must see it (a new variant). */
+/* A line of a kept shape, counted here: 1 when Python must record its rank/host (a new variant),
+ * 0 when not, -1 out of memory. */
 static inline int keep_line(ShapeTable *t, int32_t v, const unsigned char *p, const unsigned char *end,
                             int64_t line_no, Py_ssize_t a, Py_ssize_t b) {
     size_t slot = (size_t)(v & KEEP_MASK);
     KeepSlot *ks = &t->keep[slot];
     int r = variants_insert(t, variant_hash(ks, slot, p, end));
-    if (r != 0) return r;
+    if (r < 0) return r;
     ks->count++;
     ks->last = line_no;
     if (a >= 0) { /* a line of the scanned buffer: Python reads its text before the buffer goes */
@@ -276,7 +282,7 @@ static inline int keep_line(ShapeTable *t, int32_t v, const unsigned char *p, co
         ks->last_a = a;
         ks->last_b = b;
     }
-    return 0;
+    return r;
 }
 
 static int table_put(ShapeTable *t, uint64_t key, int32_t val) {
@@ -308,6 +314,7 @@ static int ShapeTable_init(ShapeTable *self, PyObject *args, PyObject *kwds) {
 
 static void ShapeTable_dealloc(ShapeTable *self) {
     PyMem_Free(self->touched);
+    for (size_t i = 0; i < self->nkeep; i++) PyMem_Free(self->keep[i].text);
     PyMem_Free(self->keep);
     PyMem_Free(self->variants);
     PyMem_Free(self->slots);
@@ -329,6 +336,18 @@ static PyObject *ShapeTable_add(ShapeTable *self, PyObject *args) {
     PyBuffer_Release(&line);
     if (table_put(self, key, rule | (extract ? FLAG_EXTRACT : 0) | (progress ? FLAG_PROGRESS : 0)) < 0)
         return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* add_prefix(segment): a \r segment of this shape is only a launcher prefix (skipped like a
+ * blank one in \r lines; a whole line of this shape is still judged by Python) */
+static PyObject *ShapeTable_add_prefix(ShapeTable *self, PyObject *args) {
+    Py_buffer line;
+    if (!PyArg_ParseTuple(args, "y*", &line)) return NULL;
+    const unsigned char *p = line.buf;
+    uint64_t key = shape_hash(p, p + line.len);
+    PyBuffer_Release(&line);
+    if (table_get(self, key) < 0 && table_put(self, key, FLAG_PREFIX) < 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
@@ -360,6 +379,9 @@ static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
     ks->last = 0;
     ks->last_a = ks->last_b = 0;
     ks->touched = 0;
+    ks->text = NULL;
+    ks->text_len = ks->text_cap = 0;
+    ks->text_line = 0;
     ks->lo1 = lo1;
     ks->hi1 = hi1;
     ks->lo2 = lo2;
@@ -371,8 +393,9 @@ static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
     return PyLong_FromSize_t(slot);
 }
 
-/* probe_keep(line, line_no) -> -1: not a kept shape; 0: counted here; slot + 1: a new variant
- * (Python records its rank/host). For lines a scan handed back before their shape was learned. */
+/* probe_keep(line, line_no) -> -1: not a kept shape; 0: counted here; slot + 1: counted here, and
+ * a new variant (Python records its rank/host). For lines a scan handed back before their shape
+ * was learned. */
 static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
     Py_buffer line;
     long long line_no;
@@ -391,22 +414,51 @@ static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
     return PyLong_FromLong(r == 1 ? (long)(v & KEEP_MASK) + 1 : r);
 }
 
-/* take_touched() -> [(slot, last_line, start, end)] for the slots that counted lines of the
- * buffers scanned since the last call (spans in the last buffer); resets the list. */
-static PyObject *ShapeTable_take_touched(ShapeTable *self, PyObject *Py_UNUSED(ignored)) {
-    PyObject *out = PyList_New((Py_ssize_t)self->ntouched);
-    if (!out) return NULL;
+/* save_touched(buffer): copy the last counted line of each slot that counted lines of this
+ * buffer (the one just scanned, about to be reused) into the slot, up to TEXT_CAP bytes. */
+#define TEXT_CAP 65536
+static PyObject *ShapeTable_save_touched(ShapeTable *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
     for (size_t i = 0; i < self->ntouched; i++) {
         KeepSlot *ks = &self->keep[self->touched[i]];
-        PyObject *t = Py_BuildValue("(nLnn)", (Py_ssize_t)self->touched[i], (long long)ks->last, ks->last_a, ks->last_b);
+        ks->touched = 0;
+        if (ks->last_a < 0 || ks->last_b > buf.len || ks->last_b < ks->last_a) continue;
+        size_t n = (size_t)(ks->last_b - ks->last_a);
+        if (n > TEXT_CAP) n = TEXT_CAP;
+        if (n > ks->text_cap) {
+            unsigned char *nt = PyMem_Realloc(ks->text, n);
+            if (!nt) {
+                PyBuffer_Release(&buf);
+                return PyErr_NoMemory();
+            }
+            ks->text = nt;
+            ks->text_cap = n;
+        }
+        memcpy(ks->text, (const unsigned char *)buf.buf + ks->last_a, n);
+        ks->text_len = n;
+        ks->text_line = ks->last;
+    }
+    self->ntouched = 0;
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+}
+
+/* keep_last() -> [(line, text)] per slot: its last counted line saved by save_touched ((0, b"")
+ * when none) */
+static PyObject *ShapeTable_keep_last(ShapeTable *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New((Py_ssize_t)self->nkeep);
+    if (!out) return NULL;
+    for (size_t i = 0; i < self->nkeep; i++) {
+        KeepSlot *ks = &self->keep[i];
+        PyObject *t = Py_BuildValue("(Ly#)", (long long)ks->text_line, ks->text ? (const char *)ks->text : "",
+                                    (Py_ssize_t)ks->text_len);
         if (!t) {
             Py_DECREF(out);
             return NULL;
         }
         PyList_SET_ITEM(out, (Py_ssize_t)i, t);
-        ks->touched = 0;
     }
-    self->ntouched = 0;
     return out;
 }
 
@@ -431,7 +483,7 @@ static PyObject *ShapeTable_contains(ShapeTable *self, PyObject *args) {
     const unsigned char *p = line.buf;
     int32_t v = table_get(self, shape_hash(p, p + line.len));
     PyBuffer_Release(&line);
-    return PyBool_FromLong(v >= 0 && !(v & FLAG_KEEP));
+    return PyBool_FromLong(v >= 0 && !(v & (FLAG_KEEP | FLAG_PREFIX)));
 }
 
 /* The rank and host span of a line of a kept slot, read at the slot's shape positions (the
@@ -476,8 +528,48 @@ static void field_values(const KeepSlot *ks, const unsigned char *p, const unsig
     *host_b = hb;
 }
 
-/* a survivor: kind 0 = shape unknown, slot + 1 = a new variant of that kept slot (with its rank
- * and host span relative to the line start) */
+/* A line with \r in it is a series of segments (a progress bar redrawn in place). When every
+ * segment that is not blank has a droppable shape, the line is dropped under the rule of its last
+ * segment (the Python side judges a segment exactly like a line: app/core/compressor.py
+ * `_cr_line`); the span of the last progress segment, relative to the line, is returned in
+ * seg_a/seg_b (-1: none). Returns the last segment's value, or -1 when Python must see the line
+ * (a segment of unknown or kept shape, or no segment at all). Blank means the ASCII whitespace
+ * that Python's str.strip() removes; anything else, even a Unicode space, is looked up. */
+#define CR_LINE_MAX 65536
+static int32_t cr_line(const ShapeTable *t, const unsigned char *p, const unsigned char *end,
+                       Py_ssize_t *seg_a, Py_ssize_t *seg_b) {
+    const unsigned char *line = p;
+    int32_t last = -1;
+    while (p <= end) {
+        const unsigned char *cr = memchr(p, '\r', (size_t)(end - p));
+        const unsigned char *seg_end = cr ? cr : end;
+        int blank = 1;
+        for (const unsigned char *q = p; q < seg_end; q++) {
+            unsigned char c = *q;
+            if (!(c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f))) {
+                blank = 0;
+                break;
+            }
+        }
+        if (!blank) {
+            int32_t v = table_get(t, shape_hash(p, seg_end));
+            if (v >= 0 && (v & FLAG_PREFIX)) goto next; /* "[rank3]:" before the bar's first \r */
+            if (v < 0 || (v & FLAG_KEEP)) return -1;
+            last = v;
+            if (v & FLAG_PROGRESS) {
+                *seg_a = p - line;
+                *seg_b = seg_end - line;
+            }
+        }
+    next:
+        if (!cr) break;
+        p = cr + 1;
+    }
+    return last;
+}
+
+/* a survivor: kind 0 = shape unknown, slot + 1 = a line of that kept slot, counted here, with a
+ * new variant (its rank and host span relative to the line start) */
 static int append_survivor(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b, Py_ssize_t kind,
                            Py_ssize_t rank, Py_ssize_t ha, Py_ssize_t hb) {
     PyObject *t = Py_BuildValue("(nnnnnnn)", i, a, b, kind, rank, ha, hb);
@@ -515,8 +607,27 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
         const unsigned char *end = nl ? nl : stop;
         int32_t v = table_get(self, shape_hash(p, end));
         Py_ssize_t a = p - base, b = end - base;
-        int back = v < 0;
+        int back = v < 0 || (v & FLAG_PREFIX);
         Py_ssize_t kind = 0;
+        if (back && b - a <= CR_LINE_MAX && memchr(p, '\r', (size_t)(end - p))) {
+            /* a \r-rewritten line (progress bar): dropped here when every segment is */
+            Py_ssize_t seg_a = -1, seg_b = -1;
+            int32_t last = cr_line(self, p, end, &seg_a, &seg_b);
+            if (last >= 0) {
+                back = 0;
+                self->counts[last & VALUE_MASK]++;
+                if (seg_a >= 0) {
+                    Py_ssize_t *slot = ring[n_prog % LAST_PROGRESS];
+                    slot[0] = idx;
+                    slot[1] = a + seg_a;
+                    slot[2] = a + seg_b;
+                    n_prog++;
+                }
+                idx++;
+                p = nl ? nl + 1 : stop;
+                continue;
+            }
+        }
         if (!back && (v & FLAG_KEEP)) {
             kind = (Py_ssize_t)(v & KEEP_MASK) + 1;
             back = keep_line(self, v, p, end, line0 + idx, a, b);
@@ -557,7 +668,7 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
             Py_ssize_t rank = -1, ha = -1, hb = -1;
             if (kind) field_values(&self->keep[kind - 1], p, end, &rank, &ha, &hb);
             if (append_survivor(surv, idx, a, b, kind, rank, ha, hb) < 0) goto done;
-            n_surv++;
+            if (!kind) n_surv++; /* only new shapes need Python's judgement before going on */
         }
         idx++;
         p = nl ? nl + 1 : stop;
@@ -625,6 +736,8 @@ static Py_ssize_t ShapeTable_len(ShapeTable *self) { return (Py_ssize_t)self->us
 static PyMethodDef ShapeTable_methods[] = {
     {"add", (PyCFunction)ShapeTable_add, METH_VARARGS,
      "add(line, rule_index, extract=False, progress=False): mark the line's shape droppable"},
+    {"add_prefix", (PyCFunction)ShapeTable_add_prefix, METH_VARARGS,
+     "add_prefix(segment): a \\r segment of this shape is only a launcher prefix"},
     {"has", (PyCFunction)ShapeTable_contains, METH_VARARGS, "has(line): is the line's shape droppable"},
     {"scan", (PyCFunction)ShapeTable_scan, METH_VARARGS,
      "scan(chunk, sample_every) -> (n_lines, survivors (index, start, end, kind), samples, last_progress_lines, n_extract)"},
@@ -634,10 +747,11 @@ static PyMethodDef ShapeTable_methods[] = {
     {"add_keep", (PyCFunction)ShapeTable_add_keep, METH_VARARGS,
      "add_keep(line, lo1, hi1, lo2, hi2) -> slot: count the line's shape here (a kept template)"},
     {"probe_keep", (PyCFunction)ShapeTable_probe_keep, METH_VARARGS,
-     "probe_keep(line, line_no) -> -1 not kept, 0 counted here, slot + 1 new variant"},
+     "probe_keep(line, line_no) -> -1 not kept, 0 counted here, slot + 1 counted, a new variant"},
     {"keep_counts", (PyCFunction)ShapeTable_keep_counts, METH_NOARGS, "[(count, last_line)] per kept slot"},
-    {"take_touched", (PyCFunction)ShapeTable_take_touched, METH_NOARGS,
-     "[(slot, last_line, start, end)] of the slots counted in the scanned buffer; resets"},
+    {"save_touched", (PyCFunction)ShapeTable_save_touched, METH_VARARGS,
+     "save_touched(buffer): keep a copy of each slot's last counted line of the scanned buffer"},
+    {"keep_last", (PyCFunction)ShapeTable_keep_last, METH_NOARGS, "[(line, text)] per kept slot"},
     {"counts", (PyCFunction)ShapeTable_counts, METH_NOARGS, "lines dropped per rule index"},
     {NULL, NULL, 0, NULL},
 };

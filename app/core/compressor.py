@@ -17,6 +17,7 @@ from collections import Counter
 from itertools import compress
 from operator import not_
 
+import re2
 import regex
 
 from app.core.binary import BINARY_SHARE, BINARY_RULE_ID, is_text_line, nontext_share
@@ -45,7 +46,9 @@ CUT_SLACK = 64
 TAIL_BYTES = 64 * 1024  # split this much of a pure-metric chunk's end
 SCAN_BATCH = 64  # the C loop hands back at most this many lines before new shapes are learned
 
-_ERROR_HINT = regex.compile(
+# RE2 (a DFA: ~2 us a line where `regex` takes ~25 us on this alternation); its \b is ASCII-only,
+# which only matters for a hint next to non-ASCII letters
+_ERROR_HINT = re2.compile(
     r"Traceback \(most recent call last\)|Error\b|Exception\b|\berror\b|\bERROR\b|\bFATAL\b|\bfatal\b|"
     r"\bfailed\b|\bFAILED\b|\bKilled\b|\bkilled\b|\bWARN\b|[Ss]egmentation fault|core dumped|\babort|"
     r"timed out|[Tt]imeout|\bnan\b|\bNaN\b|\binf\b|CANCELLED|[Pp]anic|Errno")
@@ -53,6 +56,11 @@ _CHAIN_RE = regex.compile(
     r"During handling of the above exception, another exception occurred|"
     r"The above exception was the direct cause of the following exception")
 _BINARY_RE = regex.compile(r"[\x00-\x08\x0e-\x1f\ufffd]")
+# a \r segment made only of launcher prefixes: a host or IP label (pdsh, srun), `[rank3]:`,
+# `[default3]:`, an `srun -l` task label; what a bar redrawn with \r leaves before its first \r
+_PREFIX_ONLY_RE = regex.compile(
+    r"\s*(?:(?:\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*(?:\d[\w-]*|-[\w-]+)(?:\.[\w-]+)*):\s*)?"
+    r"(?:(?:\[(?:rank|Rank|RANK)\s?\d{1,6}\]|\[default\d{1,6}\]|\d{1,5}):?\s*)*\Z")
 
 
 def _float(value: str | None) -> float | None:
@@ -300,13 +308,12 @@ class Compressor:
                 mv, start, idx, base, self._sample_every, n_extract, SCAN_BATCH)
             samples += samp
             progress += prog
-            for i, a, b, *_ in survivors:
-                spans[i] = (a, b)
             for i, a, b, kind, rank, ha, hb in survivors:
-                if kind > 0:  # a new rank/host of a kept shape, read by the C loop
-                    self._kept_variant(kind - 1, base + i, None if rank < 0 else rank,
-                                       None if ha < 0 else self._host_text(mv[a + ha:a + hb]), mv[a:b])
+                if kind > 0:  # a line of a kept shape, counted by C, with a new rank/host read there
+                    self._kept_variant(kind - 1, None if rank < 0 else rank,
+                                       None if ha < 0 else self._host_text(mv[a + ha:a + hb]))
                     continue
+                spans[i] = (a, b)
                 raw = bytes(mv[a:b])
                 if kind == 0:  # the shape was unknown when scanned; it may be known now
                     if table.has(raw):
@@ -319,20 +326,19 @@ class Compressor:
                             late.append((i, raw, idx_rule))
                         continue
                     kind = table.probe_keep(raw, base + i) if self._fast else -1
-                    if kind == 0:
-                        self._note_last_counted(self._fast[raw.translate(None, DIGITS)], base + i, raw)
+                    if kind >= 0:  # counted by C (kind > 0: with a new rank/host)
+                        slot = self._fast[raw.translate(None, DIGITS)]
+                        self._note_last_counted(slot, base + i, raw)
+                        if kind > 0:
+                            self._kept_variant(slot, *field_values(raw, self._slot_fields[slot]))
                         continue
-                if kind > 0:
-                    self._kept_variant(kind - 1, base + i, *field_values(raw, self._slot_fields[kind - 1]), raw)
-                    continue
                 self._survivor(view, None, i, base, raw=raw)
             if start >= length:
                 break
         n = idx
         self.lines_in += n
         view._count = n
-        for slot, line_no, a, b in table.take_touched():
-            self._note_last_counted(slot, line_no, mv[a:b])
+        table.save_touched(mv)  # each kept slot's last line of this buffer, copied in C
         points = [(i, (a, b), None) for i, a, b in samples] + late
         if len(points) > 2 * METRIC_SAMPLES_PER_CHUNK:  # the C stride is a guess from the last chunk
             points.sort(key=lambda p: p[0])
@@ -387,18 +393,19 @@ class Compressor:
                 return
             slot = self._fast.get(shape)
             if slot is not None:
-                if not self._count_kept(slot, raw, base + i):
-                    self._kept_variant(slot, base + i, *field_values(raw, self._slot_fields[slot]), raw)
+                if self._count_kept(slot, raw, base + i):
+                    self._kept_variant(slot, *field_values(raw, self._slot_fields[slot]))
                 return
         line_no = base + i
         if len(raw) > self.line_cap + CUT_SLACK:  # (ingest already cut lines spanning chunks)
             raw = raw[: self.line_cap] + CUT_MARK % self.line_cap
             self.lines_cut += 1
         text = decode_line(raw)
-        segments = [s for s in text.split("\r") if s.strip()] if "\r" in text else None
-        if segments:
-            self._cr_line(segments, line_no, lines, i, base)
-            return
+        if "\r" in text:
+            # decoding neither adds nor removes \r: text and raw segments pair up
+            segments = [(s, r) for s, r in zip(text.split("\r"), raw.split(b"\r")) if s.strip()]
+            if segments and self._cr_line(segments, line_no, lines, i, base):
+                return
         if shape not in self._keep and len(shape) <= self.line_cap:
             idx = self._judge(text)
             if idx is not None:
@@ -418,41 +425,53 @@ class Compressor:
         if shape not in self._fast and shape not in self._never_fast:
             self._learn_kept(shape, raw, text, kept)
 
-    def _cr_line(self, segments: list[str], line_no: int, lines, i: int, base: int) -> None:
-        """A `\\r`-rewritten line (progress bar): its segments are judged one by one, but it is
-        still one line. It counts as kept when any segment is kept, else as dropped (under the
-        rule of its last segment), so lines_in == lines_kept + lines_dropped + overflow."""
+    def _cr_line(self, segments: list[tuple[str, bytes]], line_no: int, lines, i: int, base: int) -> bool:
+        """A `\\r`-rewritten line (progress bar): its segments (text, raw) are judged one by one,
+        but it is still one line. It counts as kept when any segment is kept, else as dropped
+        (under the rule of its last segment), so lines_in == lines_kept + lines_dropped + overflow.
+        A segment that is only a launcher prefix (`[rank0]:` before the bar's first \\r) has no
+        content and is skipped; False when no segment has content (the caller judges the line
+        whole). The C loop drops later such lines itself once every segment's shape is known."""
+        content = []
+        for seg, raw in segments:
+            idx = self._drop_segment(seg, line_no, raw)
+            if idx is None and _PREFIX_ONLY_RE.match(seg):
+                if self._table is not None and len(raw) <= self.line_cap:
+                    self._table.add_prefix(raw)
+                continue
+            content.append((seg, raw, idx))
+        if not content:
+            return False
         kept = False
         last_rule = None
         last_progress = None  # one progress marker per line: the bar's last state
-        for seg in segments:
-            idx = self._drop_segment(seg, line_no)
+        for seg, raw, idx in content:
             if idx is None:
                 kept = self._keep_line(seg, line_no, lines, i, base)[0] is not None or kept
             else:
                 last_rule = idx
                 if self.ruleset.filters[idx].spec.progress:
-                    last_progress = seg
+                    last_progress = raw
         if last_progress is not None:
-            self._note_progress(line_no, last_progress.encode())
+            self._note_progress(line_no, last_progress)
         if kept:
             self.lines_kept += 1
-        elif last_rule is not None:
-            self._str_dropped[last_rule] += 1
         else:
-            self.overflow_lines += 1
+            self._str_dropped[last_rule] += 1
+        return True
 
     def _count_kept(self, slot: int, raw: bytes, line_no: int) -> bool:
-        """Pure-Python twin of the C loop's kept slots: True when the line was only counted."""
-        key = (slot, variant_key(raw, self._slot_fields[slot]))
-        if key not in self._variants and len(self._variants) < MAX_VARIANTS:
-            self._variants.add(key)
-            return False
+        """Pure-Python twin of the C loop's kept slots: count the line; True when its rank/host
+        variant is new for the slot (the caller records them)."""
         counts = self._slot_counts[slot]
         counts[0] += 1
         counts[1] = line_no
         self._slot_last_raw[slot] = (line_no, raw[: self.line_cap])
-        return True
+        key = (slot, variant_key(raw, self._slot_fields[slot]))
+        if key not in self._variants and len(self._variants) < MAX_VARIANTS:
+            self._variants.add(key)
+            return True
+        return False
 
     def _note_last_counted(self, slot: int, line_no: int, raw) -> None:
         """Remember the text of a slot's last counted line (a template shows its last line)."""
@@ -467,19 +486,15 @@ class Compressor:
             text = self._hosts_seen[key] = key.decode("utf-8", "replace")
         return text
 
-    def _kept_variant(self, slot: int, line_no: int, rank: int | None, host: str | None, raw) -> None:
-        """A line of a kept slot with a rank/host not seen for it: count it and record them."""
+    def _kept_variant(self, slot: int, rank: int | None, host: str | None) -> None:
+        """A counted line of a kept slot with a rank/host not seen for it: record them."""
         if rank is not None:
             self._known_ranks.add(rank)
         if host is not None:
             self._known_hosts.add(host)
         tpl = self._slot_tpl[slot]
         if tpl is None:
-            self.overflow_lines += 1
             return
-        self.lines_kept += 1
-        tpl.count += 1
-        self._note_last_counted(slot, line_no, raw)
         if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
             tpl.ranks.add(rank)
         if host is not None and len(tpl.hosts) < MAX_SET_MEMBERS:
@@ -530,8 +545,10 @@ class Compressor:
             self._progress_shapes.add(shape)
             self._note_progress(line_no, raw)
 
-    def _drop_segment(self, seg: str, line_no: int) -> int | None:
-        """The filter rule index that drops this \r segment, or None (it is kept)."""
+    def _drop_segment(self, seg: str, line_no: int, raw: bytes) -> int | None:
+        """The filter rule index that drops this \r segment, or None (it is kept). A segment is
+        judged like a line; a droppable one's shape also goes into the C table (lines whose
+        segments are all known are then dropped there)."""
         shape = seg.translate(SHAPE_DELETE_STR)
         idx = self._str_drop.get(shape)
         if idx is None:
@@ -541,6 +558,8 @@ class Compressor:
             if len(self._str_drop) < MAX_SHAPE_CACHE:
                 self._str_drop[shape] = idx
             rule = self.ruleset.filters[idx]
+            if self._table is not None and len(raw) <= self.line_cap:
+                self._table.add(raw, idx, rule.spec.extract, rule.spec.progress)
             if rule.spec.extract:
                 self._extract_point(rule, seg, line_no)
         return idx
@@ -689,6 +708,10 @@ class Compressor:
                 continue
             self.lines_kept += delta
             tpl.count += delta
+        if self._table is not None:
+            for slot, (last, raw) in enumerate(self._table.keep_last()):
+                if last:
+                    self._note_last_counted(slot, last, raw)
         for slot, (last, raw) in self._slot_last_raw.items():
             tpl = self._slot_tpl[slot]
             if tpl is not None and last > tpl.last_line:

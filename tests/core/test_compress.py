@@ -263,12 +263,13 @@ def test_c_loop_counts_kept_shapes_and_resumes_after_a_batch():
     assert slot == 0 and not table.has(line)
     chunk = b"\n".join([b"node-01: [rank3]: plain 9", b"node-02: [rank3]: plain 1", b"new a", b"new b",
                         b"node-01: [rank4]: plain 5", b"node-01: [rank3]: plain 2"]) + b"\n"
+    # a batch ends after 2 lines of unknown shape; new variants are counted and reported in passing
     idx, end, survivors, _, _, _ = table.scan_from(chunk, 0, 0, 1, 1, 0, 2)
-    assert [(s[0], s[3]) for s in survivors] == [(1, 1), (2, 0)]  # a new host, an unknown shape
+    assert [(s[0], s[3]) for s in survivors] == [(1, 1), (2, 0), (3, 0)]  # a new host, two unknown shapes
     idx, end, survivors, _, _, _ = table.scan_from(chunk, end, idx, 1, 1, 0, 0)
     assert idx == 6 and end == len(chunk)
-    assert [(s[0], s[3]) for s in survivors] == [(3, 0), (4, 1)]
-    assert table.keep_counts() == [(2, 6)]
+    assert [(s[0], s[3]) for s in survivors] == [(4, 1)]  # a new rank
+    assert table.keep_counts() == [(4, 6)]  # every line of the kept shape, variants included
     assert table.probe_keep(b"node-01: [rank4]: plain 0", 9) == 0
     assert table.probe_keep(b"something else", 9) == -1
 
