@@ -11,9 +11,8 @@ from typing import BinaryIO
 
 from app.core.compressed import CompressedLog, Partial, build_log, merge_partials
 from app.core.compressor import Compressor, ShapeTable
-from app.core.ingest import (
-    CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, InputError, Limits, iter_chunks, iter_file_buffers,
-)
+from app.core.ingest import CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, Limits, iter_file_buffers
+from app.core.readahead import iter_decoded_buffers
 from app.core.rules import RuleSet
 
 __all__ = ["CompressedLog", "Compressor", "ShapeTable", "compress_source"]
@@ -22,27 +21,6 @@ PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 _WORKER_RULESET: RuleSet | None = None  # set in the parent before forking workers
 _WORKER_PROGRESS = None  # a shared multiprocessing.Value of bytes scanned, when progress is wanted
 PROGRESS_POLL_S = 0.2
-
-
-class _CountingReader:
-    """A raw file whose reads are reported: progress of a compressed file in compressed bytes
-    (the only total known in advance)."""
-
-    def __init__(self, fh: BinaryIO, on_progress: Callable[[int], None]) -> None:
-        self._fh = fh
-        self._on_progress = on_progress
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._fh.read(n)
-        if data:
-            self._on_progress(len(data))
-        return data
-
-    def readinto(self, buf) -> int:  # noqa: ANN001
-        n = self._fh.readinto(buf)
-        if n:
-            self._on_progress(n)
-        return n
 
 
 def _plain_file(source: str | Path | BinaryIO) -> Path | None:
@@ -157,18 +135,12 @@ def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
             if on_progress:
                 on_progress(length)
         return comp.finish(report)
-    if on_progress and _regular_file(source):  # gz/zst file: report compressed bytes read
-        try:
-            fh = open(source, "rb")  # noqa: SIM115
-        except OSError as exc:
-            raise InputError(f"cannot open {source}: {exc.strerror}") from None
-        with fh:
-            for chunk in iter_chunks(_CountingReader(fh, on_progress), report, chunk_size=chunk_size,
-                                     limits=limits):
-                comp.feed(chunk)
-        return comp.finish(report)
-    for chunk in iter_chunks(source, report, chunk_size=chunk_size, limits=limits):
-        comp.feed(chunk)
-        if on_progress:
-            on_progress(len(chunk))
+    # gz/zst files and streams: decoded by a thread into reused buffers, ahead of the scan; the
+    # progress of a compressed file is in compressed bytes (the only total known in advance)
+    compressed_file = on_progress is not None and _regular_file(source)
+    for buf, length in iter_decoded_buffers(source, report, chunk_size=chunk_size, limits=limits,
+                                            on_consumed=on_progress if compressed_file else None):
+        comp.feed_buffer(buf, length)
+        if on_progress and not compressed_file:
+            on_progress(length)
     return comp.finish(report)

@@ -23,6 +23,8 @@ from typing import BinaryIO
 
 import zstandard
 
+from app.core.zstdframes import FrameWalker
+
 CHUNK_SIZE = 8 * 1024 * 1024
 LINE_CAP = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
@@ -88,48 +90,46 @@ def _open_binary(source: str | Path | BinaryIO) -> tuple[BinaryIO, bool]:
     return source, False
 
 
+class _Walked:
+    """The compressed source, with every byte read also fed to a FrameWalker."""
+
+    def __init__(self, raw, walker: FrameWalker) -> None:
+        self._raw = raw
+        self._walker = walker
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        self._walker.feed(data)
+        return data
+
+
 class _ZstdReader:
-    """Incremental zstd decoding that notices truncation (zstandard's stream_reader does not).
+    """zstd decoding with zstandard's stream reader (C loop, GIL released, output bounded by each
+    read's size whatever the input expands to), plus a FrameWalker over the compressed bytes that
+    notices a stream cut inside a frame (the stream reader ends quietly there)."""
 
-    Output per step is bounded: zstandard's decompressobj returns everything a piece of input
-    expands to, and every zstd block (at least 3 header bytes) expands to at most 128 KiB, so a
-    piece of RAW_PIECE compressed bytes yields at most RAW_PIECE / 3 * 128 KiB (about 5.3 MiB)
-    whatever the input. Smaller pieces make this Python loop the bottleneck
-    (64-byte pieces: 190,000 calls for a 12 MB archive of a 100 MB log); this runs in the
-    read-ahead thread (see _ReadAhead), next to the scan."""
-
-    RAW_PIECE = 128  # compressed bytes fed per decompress call (the output bound above)
     RAW_READ = 128 * 1024  # compressed bytes read from the source at a time
 
     def __init__(self, raw) -> None:
-        self._raw = raw
-        self._dobj = zstandard.ZstdDecompressor().decompressobj()
-        self._buf = bytearray()
-        self._pending = b""  # compressed bytes read but not yet fed
-        self._pos = 0
-        self._raw_eof = False
+        self._walker = FrameWalker()
+        self._reader = zstandard.ZstdDecompressor().stream_reader(
+            _Walked(raw, self._walker), read_size=self.RAW_READ, read_across_frames=True)
+
+    def _end(self) -> None:
+        if not self._walker.complete:
+            raise EOFError("zstd frame ended early")
 
     def read(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            if self._pos >= len(self._pending):
-                if self._raw_eof:
-                    break
-                self._pending, self._pos = self._raw.read(self.RAW_READ), 0
-                if not self._pending:
-                    self._raw_eof = True
-                    if not self._dobj.eof:
-                        raise EOFError("zstd frame ended early")
-                    break
-            piece = self._pending[self._pos: self._pos + self.RAW_PIECE]
-            self._pos += len(piece)
-            while piece:
-                if self._dobj.eof:  # a new frame follows the previous one
-                    self._dobj = zstandard.ZstdDecompressor().decompressobj()
-                self._buf += self._dobj.decompress(piece)
-                piece = self._dobj.unused_data if self._dobj.eof else b""
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
+        out = self._reader.read(n)
+        if not out:
+            self._end()
         return out
+
+    def readinto(self, buf) -> int:  # noqa: ANN001
+        got = self._reader.readinto(buf)
+        if not got:
+            self._end()
+        return got
 
 
 class _Decoder:
@@ -157,6 +157,11 @@ class _Decoder:
     def consumed(self) -> int:
         return self._raw_in.consumed
 
+    @property
+    def done(self) -> bool:
+        """The stream ended (or failed: a warning says so); reads return nothing more."""
+        return self._done
+
     def read(self, n: int) -> bytes:
         """Read up to n bytes in small pieces, so a corrupt tail loses at most one piece."""
         parts: list[bytes] = []
@@ -165,12 +170,7 @@ class _Decoder:
             try:
                 data = self._stream.read(min(want, self._piece))
             except (EOFError, OSError, zlib.error, zstandard.ZstdError) as exc:
-                self._done = True
-                what = "truncated" if isinstance(exc, EOFError) else "corrupt"
-                got = self._report.bytes_read + sum(map(len, parts))
-                self._report.warnings.append(
-                    f"{self._report.encoding} stream is {what} after {got} decompressed bytes ({exc}); "
-                    "diagnosed what could be read")
+                self._fail(exc, self._report.bytes_read + sum(map(len, parts)))
                 break
             if not data:
                 self._done = True
@@ -178,6 +178,29 @@ class _Decoder:
             parts.append(data)
             want -= len(data)
         return b"".join(parts)
+
+
+    def readinto(self, view: memoryview) -> int:
+        """Fill `view` (or up to the end of the stream) in pieces, like read(); returns bytes put."""
+        got, want = 0, len(view)
+        while got < want and not self._done:
+            try:
+                n = self._stream.readinto(view[got: got + min(want - got, self._piece)])
+            except (EOFError, OSError, zlib.error, zstandard.ZstdError) as exc:
+                self._fail(exc, self._report.bytes_read + got)
+                break
+            if not n:
+                self._done = True
+                break
+            got += n
+        return got
+
+    def _fail(self, exc: BaseException, got: int) -> None:
+        self._done = True
+        what = "truncated" if isinstance(exc, EOFError) else "corrupt"
+        self._report.warnings.append(
+            f"{self._report.encoding} stream is {what} after {got} decompressed bytes ({exc}); "
+            "diagnosed what could be read")
 
 
 class _Prefixed(io.RawIOBase):

@@ -131,3 +131,94 @@ def test_compressed_input_is_decoded_ahead_in_a_thread_and_stopped_when_abandone
     report = IngestReport()
     assert b"".join(iter_chunks(io.BytesIO(encode(data)), report, chunk_size=64 * 1024)) == data
     assert report.bytes_read == len(data) and not report.warnings
+
+
+# ---- decoded streams read into reused buffers by a thread (app/core/readahead.py) ------------
+
+ENCODERS = {
+    "plain": lambda b: b,
+    "gzip": gzip.compress,
+    "zstd": lambda b: zstandard.ZstdCompressor().compress(b),
+    "zstd-checksum-frames": lambda b: b"".join(
+        zstandard.ZstdCompressor(write_checksum=True).compress(b[i:i + 300_000]) for i in range(0, len(b), 300_000)),
+}
+
+
+def read_decoded(source, **kw) -> tuple[bytes, IngestReport]:
+    from app.core.readahead import iter_decoded_buffers
+
+    report = IngestReport()
+    data = b"".join(bytes(buf[:n]) for buf, n in iter_decoded_buffers(source, report, **kw))
+    return data, report
+
+
+@pytest.mark.parametrize("encoding", ENCODERS)
+@pytest.mark.parametrize("tail", [b"", b"last line without newline"])
+def test_decoded_buffers_equal_the_log(tmp_path, encoding, tail):
+    path = tmp_path / "log.bin"
+    path.write_bytes(ENCODERS[encoding](LOG + tail))
+    data, report = read_decoded(path, chunk_size=4096)
+    assert data == LOG + tail and report.bytes_read == len(LOG + tail) and not report.warnings
+    assert report.encoding == encoding.split("-")[0]
+
+
+def test_decoded_buffers_cut_an_overlong_line_like_the_plain_file_reader(tmp_path):
+    log = b"before\n" + b"x" * (3 * 1024 * 1024) + b"\nafter\n" + b"y" * 70_000 + b"\nend"
+    plain = tmp_path / "log.txt"
+    plain.write_bytes(log)
+    expected, plain_report = read_buffers(plain, chunk_size=256 * 1024, line_cap=65536)
+    for encode in ENCODERS.values():
+        data, report = read_decoded(io.BytesIO(encode(log)), chunk_size=256 * 1024, line_cap=65536)
+        assert data == expected and report.lines_cut == plain_report.lines_cut == 1
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd", "zstd-checksum-frames"])
+def test_decoded_buffers_of_a_truncated_archive_keep_what_decodes_and_warn(encoding):
+    blob = ENCODERS[encoding](LOG)
+    for cut in (len(blob) // 3, len(blob) - 2):
+        data, report = read_decoded(io.BytesIO(blob[:cut]), chunk_size=64 * 1024)
+        assert 0 < len(data) < len(LOG) + 1 and LOG.startswith(data)
+        assert len(report.warnings) == 1 and "truncated" in report.warnings[0]
+
+
+def test_decoded_buffers_of_a_corrupt_zstd_body_warn():
+    """(Frames with checksums, as the zstd tool writes them: without one, a damaged literal can
+    decode to other bytes without any error.)"""
+    blob = bytearray(ENCODERS["zstd-checksum-frames"](LOG))
+    blob[len(blob) // 2: len(blob) // 2 + 40] = b"\xff" * 40
+    data, report = read_decoded(io.BytesIO(bytes(blob)), chunk_size=64 * 1024)
+    assert len(report.warnings) == 1 and "zstd stream is corrupt" in report.warnings[0]
+    assert data and LOG.startswith(data[:300_000])
+
+
+def test_decoded_buffers_stop_the_decoding_thread_when_abandoned():
+    import threading
+
+    from app.core.readahead import iter_decoded_buffers
+
+    data = b"".join(b"line %d of a log that is long enough to span chunks\n" % i for i in range(200_000))
+    it = iter_decoded_buffers(io.BytesIO(ENCODERS["zstd"](data)), IngestReport(), chunk_size=64 * 1024)
+    buf, n = next(it)
+    assert data.startswith(bytes(buf[:n]))
+    assert any(t.name == "logdx-decode" for t in threading.enumerate())
+    it.close()
+    assert not any(t.name == "logdx-decode" for t in threading.enumerate())
+
+
+def test_zstd_frame_walker_knows_where_frames_end():
+    from app.core.zstdframes import FrameWalker
+
+    blob = (ENCODERS["zstd-checksum-frames"](LOG[:700_000])
+            + (0x184D2A53).to_bytes(4, "little") + (5).to_bytes(4, "little") + b"12345"  # a skippable frame
+            + zstandard.ZstdCompressor(write_content_size=False).compress(LOG[:1000]))
+    ends = []
+    walker = FrameWalker()
+    for i in range(len(blob)):  # one byte at a time: every header split at every place
+        walker.feed(blob[i:i + 1])
+        if walker.complete:
+            ends.append(i + 1)
+    assert ends[-1] == len(blob) and walker.frames == 5
+    assert len(ends) == 5  # complete only at the end of each frame
+    junk = FrameWalker()
+    junk.feed(b"not zstd at all")
+    assert junk.unknown

@@ -1,0 +1,147 @@
+"""Decoded streams (gzip, zstd, stdin) read into reused buffers by a thread, ahead of the scan.
+
+zstd and zlib release the GIL while they decode, so on two cores the decoding thread runs next
+to the scan. A few buffers go round between the two threads: the decoding thread fills a free
+buffer straight from the decompressor (`readinto`: no joins, no slices), ends it on a line
+boundary and hands it over; the scan hands it back when it asks for the next one. Lines are cut
+and counted exactly as `iter_file_buffers` does for plain files.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from app.core.ingest import (
+    CHUNK_SIZE, CUT_MARK, LINE_CAP, IngestReport, Limits, _Decoder, _open_binary, deadline_warning,
+)
+
+BUFFERS = 3  # one being scanned, one ready, one being filled
+_END = object()
+
+
+class _Filler:
+    """The decoding thread: fills free buffers with whole lines."""
+
+    def __init__(self, decoder: _Decoder, chunk_size: int, line_cap: int) -> None:
+        self.decoder = decoder
+        self.chunk_size = chunk_size
+        self.line_cap = line_cap
+        self.free: queue.Queue = queue.Queue()
+        self.full: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.decoded = 0  # bytes the decoder produced so far
+        self.lines_cut = 0
+        self.pool = [bytearray(chunk_size) for _ in range(BUFFERS)]
+        for buf in self.pool:
+            self.free.put(buf)
+        self.thread = threading.Thread(target=self._run, name="logdx-decode", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._fill()
+        except BaseException as exc:  # handed to the scanning thread, which raises it
+            self.full.put(exc)
+
+    def _fill(self) -> None:
+        decoder, size, cap = self.decoder, self.chunk_size, self.line_cap
+        carry = b""  # the partial last line of the previous buffer
+        skipping = False  # discarding the rest of a cut line
+        eof = False
+        while not eof:
+            buf = self.free.get()
+            if buf is None or self.stop.is_set():
+                return
+            view = memoryview(buf)
+            have = len(carry)
+            view[:have] = carry
+            carry = b""
+            n = decoder.readinto(view[have:size])
+            self.decoded += n
+            total = have + n
+            eof = decoder.done
+            if skipping:
+                nl = buf.find(b"\n", 0, total)
+                if nl < 0:
+                    self.free.put(buf)
+                    continue
+                skipping = False
+                carry = bytes(view[nl + 1: total])  # the cut line's rest is dropped
+                self.free.put(buf)
+                eof = eof and not carry
+                if eof:
+                    break
+                continue
+            if eof:
+                if total:
+                    self.full.put((buf, total, self.decoded, decoder.consumed))
+                break
+            nl = buf.rfind(b"\n", 0, total)
+            if nl < 0:  # one line fills the buffer: cut it, skip its rest
+                self.lines_cut += 1
+                cut = bytearray(bytes(view[:cap]) + CUT_MARK % cap + b"\n")
+                self.free.put(buf)
+                self.full.put((cut, len(cut), self.decoded, decoder.consumed))
+                skipping = True
+                continue
+            carry = bytes(view[nl + 1: total])
+            self.full.put((buf, nl + 1, self.decoded, decoder.consumed))
+        self.full.put(_END)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.free.put(None)
+        self.thread.join()
+
+
+def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
+                         chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP,
+                         limits: Limits | None = None,
+                         on_consumed: Callable[[int], None] | None = None) -> Iterator[tuple[bytearray, int]]:
+    """Line-aligned chunks of any source (gzip, zstd or plain; path, `-` or file object) as
+    `(buffer, length)`, valid until the next iteration. A corrupt or truncated archive yields what
+    decodes, with a warning in `report`; `limits` end reading early (partial, with a warning).
+    `on_consumed(n)`: n more compressed bytes were read (progress of a compressed file)."""
+    raw, owned = _open_binary(source)
+    filler = None
+    try:
+        decoder = _Decoder(raw, report)
+        filler = _Filler(decoder, chunk_size, line_cap)
+        consumed_seen = 0
+        while True:
+            if limits is not None and limits.expired():
+                report.warnings.append(deadline_warning(report.bytes_read))
+                report.cut_short = True
+                break
+            item = filler.full.get()
+            if item is _END:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            buf, length, decoded, consumed = item
+            report.bytes_read = decoded
+            if on_consumed is not None and consumed > consumed_seen:
+                on_consumed(consumed - consumed_seen)
+                consumed_seen = consumed
+            stop = False
+            if limits is not None and report.encoding != "plain" and limits.ratio_exceeded(decoded, consumed):
+                report.warnings.append(
+                    f"{report.encoding} stream expands more than {limits.max_ratio:g}x "
+                    f"(LOGDX_MAX_DECOMPRESSION_RATIO): stopped after {decoded} decompressed "
+                    f"bytes from {consumed} compressed; this is a partial diagnosis")
+                stop = report.cut_short = True
+            yield buf, length
+            if any(buf is mine for mine in filler.pool):  # (a cut line comes in its own buffer)
+                filler.free.put(buf)
+            if stop:
+                break
+    finally:
+        if filler is not None:
+            filler.close()
+            report.lines_cut += filler.lines_cut
+        if owned:
+            raw.close()
