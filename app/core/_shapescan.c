@@ -43,6 +43,9 @@ typedef struct {
     size_t text_len, text_cap;
     int64_t text_line;
     int32_t lo1, hi1, lo2, hi2; /* shape-position ranges of the variant fields (lo > hi: none) */
+    uint32_t *ranks; /* the ranks and host ids seen on its lines (at most max_members each) */
+    uint32_t *hosts;
+    uint32_t nranks, capranks, nhosts, caphosts;
     int touched;    /* counted a line of the buffer being scanned */
 } KeepSlot;
 
@@ -50,6 +53,11 @@ typedef struct {
     uint64_t key; /* 0 = empty */
     int32_t val;
 } Slot;
+
+typedef struct { /* an open-addressing set of non-zero 64-bit keys */
+    uint64_t *keys;
+    size_t cap, used;
+} U64Set;
 
 typedef struct {
     PyObject_HEAD
@@ -64,7 +72,15 @@ typedef struct {
     size_t vcap, vused;
     size_t *touched; /* slots counted in the current buffer, for save_touched */
     size_t ntouched, touchedcap;
+    U64Set pairs;   /* (slot, rank) and (slot, host id) already recorded */
+    U64Set ranks;   /* every rank seen on a kept line, + 1 */
+    U64Set hostkeys; /* hashes of the host names seen ... */
+    uint32_t *hostids; /* ... and their ids, at the same positions */
+    PyObject *host_names; /* list of bytes, by host id */
+    uint32_t max_members;
 } ShapeTable;
+
+static int record_variant(ShapeTable *t, size_t slot, const unsigned char *p, const unsigned char *end);
 
 static inline uint64_t mix64(uint64_t h) {
     h ^= h >> 33;
@@ -74,6 +90,49 @@ static inline uint64_t mix64(uint64_t h) {
     h ^= h >> 33;
     return h;
 }
+
+/* 1: the key was new and is now in the set, 0: already there, -1: no memory. `ids`, when given, is
+ * an array kept parallel to the keys (grown and rehashed with them). */
+static int set_insert_at(U64Set *set, uint64_t key, uint32_t **ids, size_t *where) {
+    if ((set->used + 1) * 2 > set->cap) {
+        size_t ncap = set->cap ? set->cap * 2 : 256;
+        uint64_t *nk = PyMem_Calloc(ncap, sizeof(uint64_t));
+        uint32_t *ni = ids ? PyMem_Calloc(ncap, sizeof(uint32_t)) : NULL;
+        if (!nk || (ids && !ni)) {
+            PyMem_Free(nk);
+            PyMem_Free(ni);
+            return -1;
+        }
+        for (size_t i = 0; i < set->cap; i++) {
+            if (!set->keys[i]) continue;
+            size_t j = set->keys[i] & (ncap - 1);
+            while (nk[j]) j = (j + 1) & (ncap - 1);
+            nk[j] = set->keys[i];
+            if (ids) ni[j] = (*ids)[i];
+        }
+        PyMem_Free(set->keys);
+        set->keys = nk;
+        set->cap = ncap;
+        if (ids) {
+            PyMem_Free(*ids);
+            *ids = ni;
+        }
+    }
+    size_t j = key & (set->cap - 1);
+    while (set->keys[j]) {
+        if (set->keys[j] == key) {
+            if (where) *where = j;
+            return 0;
+        }
+        j = (j + 1) & (set->cap - 1);
+    }
+    set->keys[j] = key;
+    set->used++;
+    if (where) *where = j;
+    return 1;
+}
+
+static inline int set_insert(U64Set *set, uint64_t key) { return set_insert_at(set, key, NULL, NULL); }
 
 /* Hash of the line with digits deleted. Bytes are compacted (digits skipped) into a small buffer
  * that is hashed 8 bytes at a time; the partial word left at the end of a block is carried into
@@ -296,9 +355,16 @@ static int table_put(ShapeTable *t, uint64_t key, int32_t val) {
 }
 
 static int ShapeTable_init(ShapeTable *self, PyObject *args, PyObject *kwds) {
-    Py_ssize_t nrules = 0;
-    static char *kwlist[] = {"nrules", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n", kwlist, &nrules)) return -1;
+    Py_ssize_t nrules = 0, max_members = 512;
+    static char *kwlist[] = {"nrules", "max_members", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n|n", kwlist, &nrules, &max_members)) return -1;
+    if (max_members < 0 || max_members > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "max_members out of range");
+        return -1;
+    }
+    self->max_members = (uint32_t)max_members;
+    Py_XSETREF(self->host_names, PyList_New(0));
+    if (!self->host_names) return -1;
     if (nrules < 0 || nrules > VALUE_MASK) {
         PyErr_SetString(PyExc_ValueError, "nrules out of range");
         return -1;
@@ -314,7 +380,16 @@ static int ShapeTable_init(ShapeTable *self, PyObject *args, PyObject *kwds) {
 
 static void ShapeTable_dealloc(ShapeTable *self) {
     PyMem_Free(self->touched);
-    for (size_t i = 0; i < self->nkeep; i++) PyMem_Free(self->keep[i].text);
+    for (size_t i = 0; i < self->nkeep; i++) {
+        PyMem_Free(self->keep[i].text);
+        PyMem_Free(self->keep[i].ranks);
+        PyMem_Free(self->keep[i].hosts);
+    }
+    PyMem_Free(self->pairs.keys);
+    PyMem_Free(self->ranks.keys);
+    PyMem_Free(self->hostkeys.keys);
+    PyMem_Free(self->hostids);
+    Py_XDECREF(self->host_names);
     PyMem_Free(self->keep);
     PyMem_Free(self->variants);
     PyMem_Free(self->slots);
@@ -382,6 +457,9 @@ static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
     ks->text = NULL;
     ks->text_len = ks->text_cap = 0;
     ks->text_line = 0;
+    ks->ranks = NULL;
+    ks->hosts = NULL;
+    ks->nranks = ks->capranks = ks->nhosts = ks->caphosts = 0;
     ks->lo1 = lo1;
     ks->hi1 = hi1;
     ks->lo2 = lo2;
@@ -393,9 +471,8 @@ static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
     return PyLong_FromSize_t(slot);
 }
 
-/* probe_keep(line, line_no) -> -1: not a kept shape; 0: counted here; slot + 1: counted here, and
- * a new variant (Python records its rank/host). For lines a scan handed back before their shape
- * was learned. */
+/* probe_keep(line, line_no) -> -1: not a kept shape; 0: counted here (a new rank/host recorded
+ * here too). For lines a scan handed back before their shape was learned. */
 static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
     Py_buffer line;
     long long line_no;
@@ -409,9 +486,14 @@ static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
             PyBuffer_Release(&line);
             return PyErr_NoMemory();
         }
+        if (r == 1 && record_variant(self, (size_t)(v & KEEP_MASK), p, end) < 0) {
+            PyBuffer_Release(&line);
+            return NULL;
+        }
+        r = 0;
     }
     PyBuffer_Release(&line);
-    return PyLong_FromLong(r == 1 ? (long)(v & KEEP_MASK) + 1 : r);
+    return PyLong_FromLong(r);
 }
 
 /* save_touched(buffer): copy the last counted line of each slot that counted lines of this
@@ -458,6 +540,61 @@ static PyObject *ShapeTable_keep_last(ShapeTable *self, PyObject *Py_UNUSED(igno
             return NULL;
         }
         PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+    }
+    return out;
+}
+
+/* keep_sets() -> (host names as bytes by id, [(ranks, host ids)] per slot): what record_variant
+ * gathered (each list at most max_members long) */
+static PyObject *ShapeTable_keep_sets(ShapeTable *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *per = PyList_New((Py_ssize_t)self->nkeep);
+    if (!per) return NULL;
+    for (size_t i = 0; i < self->nkeep; i++) {
+        KeepSlot *ks = &self->keep[i];
+        PyObject *ranks = PyList_New(ks->nranks), *hosts = PyList_New(ks->nhosts);
+        if (!ranks || !hosts) goto fail_item;
+        for (uint32_t k = 0; k < ks->nranks; k++) {
+            PyObject *v = PyLong_FromUnsignedLong(ks->ranks[k]);
+            if (!v) goto fail_item;
+            PyList_SET_ITEM(ranks, k, v);
+        }
+        for (uint32_t k = 0; k < ks->nhosts; k++) {
+            PyObject *v = PyLong_FromUnsignedLong(ks->hosts[k]);
+            if (!v) goto fail_item;
+            PyList_SET_ITEM(hosts, k, v);
+        }
+        PyObject *pair = PyTuple_Pack(2, ranks, hosts);
+        Py_DECREF(ranks);
+        Py_DECREF(hosts);
+        if (!pair) goto fail;
+        PyList_SET_ITEM(per, (Py_ssize_t)i, pair);
+        continue;
+    fail_item:
+        Py_XDECREF(ranks);
+        Py_XDECREF(hosts);
+        goto fail;
+    }
+    PyObject *out = PyTuple_Pack(2, self->host_names, per);
+    Py_DECREF(per);
+    return out;
+fail:
+    Py_DECREF(per);
+    return NULL;
+}
+
+/* ranks_seen() -> every rank read from a kept line's variant */
+static PyObject *ShapeTable_ranks_seen(ShapeTable *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (size_t i = 0; i < self->ranks.cap; i++) {
+        if (!self->ranks.keys[i]) continue;
+        PyObject *v = PyLong_FromUnsignedLongLong(self->ranks.keys[i] - 1);
+        if (!v || PyList_Append(out, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(v);
     }
     return out;
 }
@@ -528,6 +665,76 @@ static void field_values(const KeepSlot *ks, const unsigned char *p, const unsig
     *host_b = hb;
 }
 
+/* Append v to a slot's array (grown by doubling up to `max` entries); -1: no memory. */
+static int append_u32(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t v, uint32_t max) {
+    if (*n >= max) return 0;
+    if (*n == *cap) {
+        uint32_t ncap = *cap ? *cap * 2 : 8;
+        if (ncap > max) ncap = max;
+        uint32_t *na = PyMem_Realloc(*arr, ncap * sizeof(uint32_t));
+        if (!na) return -1;
+        *arr = na;
+        *cap = ncap;
+    }
+    (*arr)[(*n)++] = v;
+    return 0;
+}
+
+/* The id of a host name (interned: its bytes are kept once, in host_names); -1 on error. */
+static Py_ssize_t intern_host(ShapeTable *t, const unsigned char *p, Py_ssize_t len) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (Py_ssize_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001B3ULL;
+    h = mix64(h ^ (uint64_t)len);
+    h = h ? h : 1;
+    size_t where;
+    int r = set_insert_at(&t->hostkeys, h, &t->hostids, &where);
+    if (r < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (r == 0) return (Py_ssize_t)t->hostids[where];
+    Py_ssize_t id = PyList_GET_SIZE(t->host_names);
+    PyObject *name = PyBytes_FromStringAndSize((const char *)p, len);
+    if (!name || PyList_Append(t->host_names, name) < 0) {
+        Py_XDECREF(name);
+        return -1;
+    }
+    Py_DECREF(name);
+    t->hostids[where] = (uint32_t)id;
+    return id;
+}
+
+/* A kept line with a new (rank, host) variant: record its rank and host for the slot (and the
+ * rank among all ranks seen), so that Python needs no call per variant. -1 on error. */
+static int record_variant(ShapeTable *t, size_t slot, const unsigned char *p, const unsigned char *end) {
+    KeepSlot *ks = &t->keep[slot];
+    Py_ssize_t rank, ha, hb;
+    field_values(ks, p, end, &rank, &ha, &hb);
+    if (rank >= 0) {
+        if (set_insert(&t->ranks, (uint64_t)rank + 1) < 0) goto nomem;
+        if (ks->nranks < t->max_members) {
+            int r = set_insert(&t->pairs, mix64(((uint64_t)slot << 32) ^ (uint64_t)rank) | 1);
+            if (r < 0 || (r == 1 && append_u32(&ks->ranks, &ks->nranks, &ks->capranks,
+                                               (uint32_t)rank, t->max_members) < 0))
+                goto nomem;
+        }
+    }
+    if (ha >= 0 && hb > ha) {
+        Py_ssize_t id = intern_host(t, p + ha, hb - ha);
+        if (id < 0) return -1;
+        if (ks->nhosts < t->max_members) {
+            int r = set_insert(&t->pairs, mix64(((uint64_t)slot << 32) ^ (uint64_t)id ^ 0x5bd1e9955bd1e995ULL) | 1);
+            if (r < 0 || (r == 1 && append_u32(&ks->hosts, &ks->nhosts, &ks->caphosts, (uint32_t)id,
+                                               t->max_members) < 0))
+                goto nomem;
+        }
+    }
+    return 0;
+nomem:
+    PyErr_NoMemory();
+    return -1;
+}
+
 /* A line with \r in it is a series of segments (a progress bar redrawn in place). When every
  * segment that is not blank has a droppable shape, the line is dropped under the rule of its last
  * segment (the Python side judges a segment exactly like a line: app/core/compressor.py
@@ -566,17 +773,6 @@ static int32_t cr_line(const ShapeTable *t, const unsigned char *p, const unsign
         p = cr + 1;
     }
     return last;
-}
-
-/* a survivor: kind 0 = shape unknown, slot + 1 = a line of that kept slot, counted here, with a
- * new variant (its rank and host span relative to the line start) */
-static int append_survivor(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b, Py_ssize_t kind,
-                           Py_ssize_t rank, Py_ssize_t ha, Py_ssize_t hb) {
-    PyObject *t = Py_BuildValue("(nnnnnnn)", i, a, b, kind, rank, ha, hb);
-    if (!t) return -1;
-    int r = PyList_Append(list, t);
-    Py_DECREF(t);
-    return r;
 }
 
 static int append_triple(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b) {
@@ -664,11 +860,11 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
                 n_prog++;
             }
         }
-        if (back) {
-            Py_ssize_t rank = -1, ha = -1, hb = -1;
-            if (kind) field_values(&self->keep[kind - 1], p, end, &rank, &ha, &hb);
-            if (append_survivor(surv, idx, a, b, kind, rank, ha, hb) < 0) goto done;
-            if (!kind) n_surv++; /* only new shapes need Python's judgement before going on */
+        if (back && kind) { /* a new rank/host of a kept shape: recorded here */
+            if (record_variant(self, (size_t)(kind - 1), p, end) < 0) goto done;
+        } else if (back) {
+            if (append_triple(surv, idx, a, b) < 0) goto done;
+            n_surv++;
         }
         idx++;
         p = nl ? nl + 1 : stop;
@@ -690,7 +886,7 @@ done:
     return result;
 }
 
-/* scan(chunk, sample_every) -> (n_lines, survivors (index, start, end, kind), samples, last_progress_lines, n_extract) */
+/* scan(chunk, sample_every) -> (n_lines, survivors (index, start, end), samples, last_progress_lines, n_extract) */
 static PyObject *ShapeTable_scan(ShapeTable *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t every = 1;
@@ -740,18 +936,21 @@ static PyMethodDef ShapeTable_methods[] = {
      "add_prefix(segment): a \\r segment of this shape is only a launcher prefix"},
     {"has", (PyCFunction)ShapeTable_contains, METH_VARARGS, "has(line): is the line's shape droppable"},
     {"scan", (PyCFunction)ShapeTable_scan, METH_VARARGS,
-     "scan(chunk, sample_every) -> (n_lines, survivors (index, start, end, kind), samples, last_progress_lines, n_extract)"},
+     "scan(chunk, sample_every) -> (n_lines, survivors (index, start, end), samples, last_progress_lines, n_extract)"},
     {"scan_from", (PyCFunction)ShapeTable_scan_from, METH_VARARGS,
      "scan_from(chunk, start, idx0, line0, sample_every, n_extract0, max_survivors) -> "
      "(end_index, end_offset, survivors, samples, last_progress_lines, n_extract)"},
     {"add_keep", (PyCFunction)ShapeTable_add_keep, METH_VARARGS,
      "add_keep(line, lo1, hi1, lo2, hi2) -> slot: count the line's shape here (a kept template)"},
     {"probe_keep", (PyCFunction)ShapeTable_probe_keep, METH_VARARGS,
-     "probe_keep(line, line_no) -> -1 not kept, 0 counted here, slot + 1 counted, a new variant"},
+     "probe_keep(line, line_no) -> -1 not kept, 0 counted here"},
     {"keep_counts", (PyCFunction)ShapeTable_keep_counts, METH_NOARGS, "[(count, last_line)] per kept slot"},
     {"save_touched", (PyCFunction)ShapeTable_save_touched, METH_VARARGS,
      "save_touched(buffer): keep a copy of each slot's last counted line of the scanned buffer"},
     {"keep_last", (PyCFunction)ShapeTable_keep_last, METH_NOARGS, "[(line, text)] per kept slot"},
+    {"keep_sets", (PyCFunction)ShapeTable_keep_sets, METH_NOARGS,
+     "(host names by id, [(ranks, host ids)] per kept slot): the variants recorded here"},
+    {"ranks_seen", (PyCFunction)ShapeTable_ranks_seen, METH_NOARGS, "every rank read from a kept line"},
     {"counts", (PyCFunction)ShapeTable_counts, METH_NOARGS, "lines dropped per rule index"},
     {NULL, NULL, 0, NULL},
 };

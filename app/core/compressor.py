@@ -169,7 +169,7 @@ class Compressor:
         self._after = 0  # context lines still owed after the last error
         self._extracted: set[int] = set()  # line numbers already extracted in this chunk
         # the C scan loop when it is built (see app/core/_shapescan.c); same results either way
-        self._table = ShapeTable(max(1, len(ruleset.filters))) if (use_c and ShapeTable is not None) else None
+        self._table = ShapeTable(max(1, len(ruleset.filters)), MAX_SET_MEMBERS) if (use_c and ShapeTable is not None) else None
         self._sample_every = 1
         # kept slots (see keptshapes.py): shape -> slot; per slot its template (None: over the
         # template cap), variant fields, and the counts already folded into the template
@@ -308,30 +308,21 @@ class Compressor:
                 mv, start, idx, base, self._sample_every, n_extract, SCAN_BATCH)
             samples += samp
             progress += prog
-            for i, a, b, kind, rank, ha, hb in survivors:
-                if kind > 0:  # a line of a kept shape, counted by C, with a new rank/host read there
-                    self._kept_variant(kind - 1, None if rank < 0 else rank,
-                                       None if ha < 0 else self._host_text(mv[a + ha:a + hb]))
-                    continue
+            for i, a, b in survivors:  # lines whose shape was unknown when scanned
                 spans[i] = (a, b)
                 raw = bytes(mv[a:b])
-                if kind == 0:  # the shape was unknown when scanned; it may be known now
-                    if table.has(raw):
-                        idx_rule = self._c_rule_of(raw)
-                        self._c_dropped[idx_rule] += 1
-                        spec = rules[idx_rule].spec
-                        if spec.progress:
-                            progress.append((i, a, b))
-                        if spec.extract:
-                            late.append((i, raw, idx_rule))
-                        continue
-                    kind = table.probe_keep(raw, base + i) if self._fast else -1
-                    if kind >= 0:  # counted by C (kind > 0: with a new rank/host)
-                        slot = self._fast[raw.translate(None, DIGITS)]
-                        self._note_last_counted(slot, base + i, raw)
-                        if kind > 0:
-                            self._kept_variant(slot, *field_values(raw, self._slot_fields[slot]))
-                        continue
+                if table.has(raw):  # judged droppable since (earlier in this batch)
+                    idx_rule = self._c_rule_of(raw)
+                    self._c_dropped[idx_rule] += 1
+                    spec = rules[idx_rule].spec
+                    if spec.progress:
+                        progress.append((i, a, b))
+                    if spec.extract:
+                        late.append((i, raw, idx_rule))
+                    continue
+                if self._fast and table.probe_keep(raw, base + i) == 0:  # kept since; counted by C
+                    self._note_last_counted(self._fast[raw.translate(None, DIGITS)], base + i, raw)
+                    continue
                 self._survivor(view, None, i, base, raw=raw)
             if start >= length:
                 break
@@ -712,11 +703,33 @@ class Compressor:
             for slot, (last, raw) in enumerate(self._table.keep_last()):
                 if last:
                     self._note_last_counted(slot, last, raw)
+            self._merge_kept_sets()
         for slot, (last, raw) in self._slot_last_raw.items():
             tpl = self._slot_tpl[slot]
             if tpl is not None and last > tpl.last_line:
                 tpl.last_line = last
                 tpl.last_text = decode_line(raw)
+
+    def _merge_kept_sets(self) -> None:
+        """The ranks and hosts the C loop read from kept lines, into their templates (capped like
+        the rest) and the log's known ranks/hosts (not capped: a rank that is missing there would
+        count as silent)."""
+        names, per_slot = self._table.keep_sets()
+        hosts = [self._host_text(name) for name in names]
+        self._known_hosts.update(hosts)
+        self._known_ranks.update(self._table.ranks_seen())
+        for slot, (ranks, host_ids) in enumerate(per_slot):
+            tpl = self._slot_tpl[slot]
+            if tpl is None:
+                continue
+            for members, new in ((tpl.ranks, ranks), (tpl.hosts, [hosts[h] for h in host_ids])):
+                if len(members) + len(new) <= MAX_SET_MEMBERS:
+                    members.update(new)
+                    continue
+                for value in new:
+                    if len(members) >= MAX_SET_MEMBERS:
+                        break
+                    members.add(value)
 
     def partial(self) -> Partial:
         """Everything this compressor found, as plain picklable data (line numbers local)."""

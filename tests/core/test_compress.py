@@ -245,6 +245,21 @@ def test_kept_lines_of_a_known_shape_keep_every_rank_host_and_count(ruleset, com
     assert log.stats.lines_kept + log.stats.lines_dropped == log.stats.lines_in
 
 
+def test_ranks_past_a_templates_cap_still_count_as_seen(ruleset, compress_source):
+    """A template keeps at most MAX_SET_MEMBERS ranks, but every rank that printed goes into the
+    log's known ranks (a missing one would look silent to the hang/timeout reasoning)."""
+    from app.core.compressed import MAX_SET_MEMBERS
+
+    lines = [f"node-{r // 8:03d}: [rank{r}]: dataloader worker {s} prefetched {s * 13} batches"
+             for s in range(3) for r in range(1200)]
+    log = compress_source(io.BytesIO(("\n".join(lines) + "\n").encode()), ruleset, chunk_size=64 * 1024)
+    tpl = next(t for t in log.templates if "prefetched" in t.text)
+    assert tpl.count == 3 * 1200
+    assert len(tpl.ranks) == MAX_SET_MEMBERS and tpl.ranks <= set(range(1200))
+    assert len(tpl.hosts) == 150
+    assert set(range(1200)) <= set(log.known_ranks)
+
+
 def test_a_digit_that_makes_a_known_plain_shape_an_error_is_still_diagnosed(ruleset, compress_source):
     """`(errno 11)` is plain, `(errno 12)` is cpp-bad-alloc: same shape, so the shape must not be
     counted blindly."""
@@ -263,14 +278,18 @@ def test_c_loop_counts_kept_shapes_and_resumes_after_a_batch():
     assert slot == 0 and not table.has(line)
     chunk = b"\n".join([b"node-01: [rank3]: plain 9", b"node-02: [rank3]: plain 1", b"new a", b"new b",
                         b"node-01: [rank4]: plain 5", b"node-01: [rank3]: plain 2"]) + b"\n"
-    # a batch ends after 2 lines of unknown shape; new variants are counted and reported in passing
+    # a batch ends after 2 lines of unknown shape; lines of the kept shape are counted, and the
+    # rank/host of a new variant recorded, in C
     idx, end, survivors, _, _, _ = table.scan_from(chunk, 0, 0, 1, 1, 0, 2)
-    assert [(s[0], s[3]) for s in survivors] == [(1, 1), (2, 0), (3, 0)]  # a new host, two unknown shapes
+    assert [s[0] for s in survivors] == [2, 3]  # the two unknown shapes
     idx, end, survivors, _, _, _ = table.scan_from(chunk, end, idx, 1, 1, 0, 0)
-    assert idx == 6 and end == len(chunk)
-    assert [(s[0], s[3]) for s in survivors] == [(4, 1)]  # a new rank
+    assert idx == 6 and end == len(chunk) and survivors == []
     assert table.keep_counts() == [(4, 6)]  # every line of the kept shape, variants included
-    assert table.probe_keep(b"node-01: [rank4]: plain 0", 9) == 0
+    names, per_slot = table.keep_sets()
+    ranks, host_ids = per_slot[0]
+    assert sorted(ranks) == [3, 4] and sorted(names[h] for h in host_ids) == [b"node-01", b"node-02"]
+    assert table.probe_keep(b"node-07: [rank9]: plain 0", 9) == 0  # counted, and its variant recorded
+    assert sorted(table.ranks_seen()) == [3, 4, 9] and b"node-07" in table.keep_sets()[0]
     assert table.probe_keep(b"something else", 9) == -1
 
 
