@@ -76,7 +76,9 @@ typedef struct {
     U64Set ranks;   /* every rank seen on a kept line, + 1 */
     U64Set hostkeys; /* hashes of the host names seen ... */
     uint32_t *hostids; /* ... and their ids, at the same positions */
-    PyObject *host_names; /* list of bytes, by host id */
+    unsigned char **host_bytes; /* the host names, by id */
+    Py_ssize_t *host_len;
+    size_t nhostnames, hostnamecap;
     uint32_t max_members;
 } ShapeTable;
 
@@ -96,11 +98,11 @@ static inline uint64_t mix64(uint64_t h) {
 static int set_insert_at(U64Set *set, uint64_t key, uint32_t **ids, size_t *where) {
     if ((set->used + 1) * 2 > set->cap) {
         size_t ncap = set->cap ? set->cap * 2 : 256;
-        uint64_t *nk = PyMem_Calloc(ncap, sizeof(uint64_t));
-        uint32_t *ni = ids ? PyMem_Calloc(ncap, sizeof(uint32_t)) : NULL;
+        uint64_t *nk = PyMem_RawCalloc(ncap, sizeof(uint64_t));
+        uint32_t *ni = ids ? PyMem_RawCalloc(ncap, sizeof(uint32_t)) : NULL;
         if (!nk || (ids && !ni)) {
-            PyMem_Free(nk);
-            PyMem_Free(ni);
+            PyMem_RawFree(nk);
+            PyMem_RawFree(ni);
             return -1;
         }
         for (size_t i = 0; i < set->cap; i++) {
@@ -110,11 +112,11 @@ static int set_insert_at(U64Set *set, uint64_t key, uint32_t **ids, size_t *wher
             nk[j] = set->keys[i];
             if (ids) ni[j] = (*ids)[i];
         }
-        PyMem_Free(set->keys);
+        PyMem_RawFree(set->keys);
         set->keys = nk;
         set->cap = ncap;
         if (ids) {
-            PyMem_Free(*ids);
+            PyMem_RawFree(*ids);
             *ids = ni;
         }
     }
@@ -238,7 +240,7 @@ static inline uint64_t shape_hash(const unsigned char *p, const unsigned char *e
 
 static int table_grow(ShapeTable *t) {
     size_t ncap = t->cap ? t->cap * 2 : 1024;
-    Slot *ns = PyMem_Calloc(ncap, sizeof(Slot));
+    Slot *ns = PyMem_RawCalloc(ncap, sizeof(Slot));
     if (!ns) return -1;
     for (size_t i = 0; i < t->cap; i++) {
         if (!t->slots[i].key) continue;
@@ -246,7 +248,7 @@ static int table_grow(ShapeTable *t) {
         while (ns[j].key) j = (j + 1) & (ncap - 1);
         ns[j] = t->slots[i];
     }
-    PyMem_Free(t->slots);
+    PyMem_RawFree(t->slots);
     t->slots = ns;
     t->cap = ncap;
     return 0;
@@ -283,7 +285,7 @@ static uint64_t variant_hash(const KeepSlot *ks, uint64_t slot, const unsigned c
 
 static int variants_grow(ShapeTable *t) {
     size_t ncap = t->vcap ? t->vcap * 2 : 1024;
-    uint64_t *nv = PyMem_Calloc(ncap, sizeof(uint64_t));
+    uint64_t *nv = PyMem_RawCalloc(ncap, sizeof(uint64_t));
     if (!nv) return -1;
     for (size_t i = 0; i < t->vcap; i++) {
         uint64_t k = t->variants[i];
@@ -292,7 +294,7 @@ static int variants_grow(ShapeTable *t) {
         while (nv[j]) j = (j + 1) & (ncap - 1);
         nv[j] = k;
     }
-    PyMem_Free(t->variants);
+    PyMem_RawFree(t->variants);
     t->variants = nv;
     t->vcap = ncap;
     return 0;
@@ -330,7 +332,7 @@ static inline int keep_line(ShapeTable *t, int32_t v, const unsigned char *p, co
         if (!ks->touched) {
             if (t->ntouched == t->touchedcap) {
                 size_t ncap = t->touchedcap ? t->touchedcap * 2 : 64;
-                size_t *nt = PyMem_Realloc(t->touched, ncap * sizeof(size_t));
+                size_t *nt = PyMem_RawRealloc(t->touched, ncap * sizeof(size_t));
                 if (!nt) return -1;
                 t->touched = nt;
                 t->touchedcap = ncap;
@@ -363,14 +365,12 @@ static int ShapeTable_init(ShapeTable *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->max_members = (uint32_t)max_members;
-    Py_XSETREF(self->host_names, PyList_New(0));
-    if (!self->host_names) return -1;
     if (nrules < 0 || nrules > VALUE_MASK) {
         PyErr_SetString(PyExc_ValueError, "nrules out of range");
         return -1;
     }
     self->ncounts = (size_t)nrules;
-    self->counts = PyMem_Calloc(nrules ? nrules : 1, sizeof(uint64_t));
+    self->counts = PyMem_RawCalloc(nrules ? nrules : 1, sizeof(uint64_t));
     if (!self->counts || table_grow(self) < 0) {
         PyErr_NoMemory();
         return -1;
@@ -379,21 +379,23 @@ static int ShapeTable_init(ShapeTable *self, PyObject *args, PyObject *kwds) {
 }
 
 static void ShapeTable_dealloc(ShapeTable *self) {
-    PyMem_Free(self->touched);
+    PyMem_RawFree(self->touched);
     for (size_t i = 0; i < self->nkeep; i++) {
-        PyMem_Free(self->keep[i].text);
-        PyMem_Free(self->keep[i].ranks);
-        PyMem_Free(self->keep[i].hosts);
+        PyMem_RawFree(self->keep[i].text);
+        PyMem_RawFree(self->keep[i].ranks);
+        PyMem_RawFree(self->keep[i].hosts);
     }
-    PyMem_Free(self->pairs.keys);
-    PyMem_Free(self->ranks.keys);
-    PyMem_Free(self->hostkeys.keys);
-    PyMem_Free(self->hostids);
-    Py_XDECREF(self->host_names);
-    PyMem_Free(self->keep);
-    PyMem_Free(self->variants);
-    PyMem_Free(self->slots);
-    PyMem_Free(self->counts);
+    PyMem_RawFree(self->pairs.keys);
+    PyMem_RawFree(self->ranks.keys);
+    PyMem_RawFree(self->hostkeys.keys);
+    PyMem_RawFree(self->hostids);
+    for (size_t i = 0; i < self->nhostnames; i++) PyMem_RawFree(self->host_bytes[i]);
+    PyMem_RawFree(self->host_bytes);
+    PyMem_RawFree(self->host_len);
+    PyMem_RawFree(self->keep);
+    PyMem_RawFree(self->variants);
+    PyMem_RawFree(self->slots);
+    PyMem_RawFree(self->counts);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -440,7 +442,7 @@ static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
     }
     if (self->nkeep == self->keepcap) {
         size_t ncap = self->keepcap ? self->keepcap * 2 : 256;
-        KeepSlot *nk = PyMem_Realloc(self->keep, ncap * sizeof(KeepSlot));
+        KeepSlot *nk = PyMem_RawRealloc(self->keep, ncap * sizeof(KeepSlot));
         if (!nk) {
             PyBuffer_Release(&line);
             return PyErr_NoMemory();
@@ -488,7 +490,7 @@ static PyObject *ShapeTable_probe_keep(ShapeTable *self, PyObject *args) {
         }
         if (r == 1 && record_variant(self, (size_t)(v & KEEP_MASK), p, end) < 0) {
             PyBuffer_Release(&line);
-            return NULL;
+            return PyErr_NoMemory();
         }
         r = 0;
     }
@@ -509,7 +511,7 @@ static PyObject *ShapeTable_save_touched(ShapeTable *self, PyObject *args) {
         size_t n = (size_t)(ks->last_b - ks->last_a);
         if (n > TEXT_CAP) n = TEXT_CAP;
         if (n > ks->text_cap) {
-            unsigned char *nt = PyMem_Realloc(ks->text, n);
+            unsigned char *nt = PyMem_RawRealloc(ks->text, n);
             if (!nt) {
                 PyBuffer_Release(&buf);
                 return PyErr_NoMemory();
@@ -574,7 +576,18 @@ static PyObject *ShapeTable_keep_sets(ShapeTable *self, PyObject *Py_UNUSED(igno
         Py_XDECREF(hosts);
         goto fail;
     }
-    PyObject *out = PyTuple_Pack(2, self->host_names, per);
+    PyObject *names = PyList_New((Py_ssize_t)self->nhostnames);
+    if (!names) goto fail;
+    for (size_t i = 0; i < self->nhostnames; i++) {
+        PyObject *name = PyBytes_FromStringAndSize((const char *)self->host_bytes[i], self->host_len[i]);
+        if (!name) {
+            Py_DECREF(names);
+            goto fail;
+        }
+        PyList_SET_ITEM(names, (Py_ssize_t)i, name);
+    }
+    PyObject *out = PyTuple_Pack(2, names, per);
+    Py_DECREF(names);
     Py_DECREF(per);
     return out;
 fail:
@@ -671,7 +684,7 @@ static int append_u32(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t v, ui
     if (*n == *cap) {
         uint32_t ncap = *cap ? *cap * 2 : 8;
         if (ncap > max) ncap = max;
-        uint32_t *na = PyMem_Realloc(*arr, ncap * sizeof(uint32_t));
+        uint32_t *na = PyMem_RawRealloc(*arr, ncap * sizeof(uint32_t));
         if (!na) return -1;
         *arr = na;
         *cap = ncap;
@@ -680,7 +693,8 @@ static int append_u32(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t v, ui
     return 0;
 }
 
-/* The id of a host name (interned: its bytes are kept once, in host_names); -1 on error. */
+/* The id of a host name (interned: its bytes are kept once, in host_bytes); -1 out of memory.
+ * Called without the GIL: C memory only (keep_sets makes the Python names). */
 static Py_ssize_t intern_host(ShapeTable *t, const unsigned char *p, Py_ssize_t len) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (Py_ssize_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001B3ULL;
@@ -688,24 +702,31 @@ static Py_ssize_t intern_host(ShapeTable *t, const unsigned char *p, Py_ssize_t 
     h = h ? h : 1;
     size_t where;
     int r = set_insert_at(&t->hostkeys, h, &t->hostids, &where);
-    if (r < 0) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (r < 0) return -1;
     if (r == 0) return (Py_ssize_t)t->hostids[where];
-    Py_ssize_t id = PyList_GET_SIZE(t->host_names);
-    PyObject *name = PyBytes_FromStringAndSize((const char *)p, len);
-    if (!name || PyList_Append(t->host_names, name) < 0) {
-        Py_XDECREF(name);
-        return -1;
+    if (t->nhostnames == t->hostnamecap) {
+        size_t ncap = t->hostnamecap ? t->hostnamecap * 2 : 64;
+        unsigned char **nb = PyMem_RawRealloc(t->host_bytes, ncap * sizeof(unsigned char *));
+        if (!nb) return -1;
+        t->host_bytes = nb;
+        Py_ssize_t *nl = PyMem_RawRealloc(t->host_len, ncap * sizeof(Py_ssize_t));
+        if (!nl) return -1;
+        t->host_len = nl;
+        t->hostnamecap = ncap;
     }
-    Py_DECREF(name);
+    unsigned char *copy = PyMem_RawMalloc(len ? (size_t)len : 1);
+    if (!copy) return -1;
+    memcpy(copy, p, (size_t)len);
+    Py_ssize_t id = (Py_ssize_t)t->nhostnames++;
+    t->host_bytes[id] = copy;
+    t->host_len[id] = len;
     t->hostids[where] = (uint32_t)id;
     return id;
 }
 
 /* A kept line with a new (rank, host) variant: record its rank and host for the slot (and the
- * rank among all ranks seen), so that Python needs no call per variant. -1 on error. */
+ * rank among all ranks seen), so that Python needs no call per variant. -1 out of memory (no
+ * exception set: this runs without the GIL). */
 static int record_variant(ShapeTable *t, size_t slot, const unsigned char *p, const unsigned char *end) {
     KeepSlot *ks = &t->keep[slot];
     Py_ssize_t rank, ha, hb;
@@ -721,7 +742,7 @@ static int record_variant(ShapeTable *t, size_t slot, const unsigned char *p, co
     }
     if (ha >= 0 && hb > ha) {
         Py_ssize_t id = intern_host(t, p + ha, hb - ha);
-        if (id < 0) return -1;
+        if (id < 0) goto nomem;
         if (ks->nhosts < t->max_members) {
             int r = set_insert(&t->pairs, mix64(((uint64_t)slot << 32) ^ (uint64_t)id ^ 0x5bd1e9955bd1e995ULL) | 1);
             if (r < 0 || (r == 1 && append_u32(&ks->hosts, &ks->nhosts, &ks->caphosts, (uint32_t)id,
@@ -731,7 +752,6 @@ static int record_variant(ShapeTable *t, size_t slot, const unsigned char *p, co
     }
     return 0;
 nomem:
-    PyErr_NoMemory();
     return -1;
 }
 
@@ -775,16 +795,45 @@ static int32_t cr_line(const ShapeTable *t, const unsigned char *p, const unsign
     return last;
 }
 
-static int append_triple(PyObject *list, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b) {
-    PyObject *t = Py_BuildValue("(nnn)", i, a, b);
-    if (!t) return -1;
-    int r = PyList_Append(list, t);
-    Py_DECREF(t);
-    return r;
+/* A growable array of (index, start, end) triples, filled without the GIL. */
+typedef struct {
+    Py_ssize_t *v;
+    size_t n, cap; /* in triples */
+} Triples;
+
+static int triples_push(Triples *t, Py_ssize_t i, Py_ssize_t a, Py_ssize_t b) {
+    if (t->n == t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 64;
+        Py_ssize_t *nv = PyMem_RawRealloc(t->v, ncap * 3 * sizeof(Py_ssize_t));
+        if (!nv) return -1;
+        t->v = nv;
+        t->cap = ncap;
+    }
+    Py_ssize_t *slot = t->v + 3 * t->n++;
+    slot[0] = i;
+    slot[1] = a;
+    slot[2] = b;
+    return 0;
+}
+
+static PyObject *triples_list(const Py_ssize_t *v, size_t n) {
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    if (!out) return NULL;
+    for (size_t k = 0; k < n; k++) {
+        PyObject *t = Py_BuildValue("(nnn)", v[3 * k], v[3 * k + 1], v[3 * k + 2]);
+        if (!t) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)k, t);
+    }
+    return out;
 }
 
 /* The scan loop over buf[start:]: line indices start at idx0, line numbers (for kept slots) at
  * line0 + index. Stops after max_surv survivors (0: no limit) at the start of the next line.
+ * Runs without the GIL (a decoding thread, or the server's other threads, go on meanwhile): it
+ * touches only C memory; the Python lists are built after. One thread per table at a time.
  * Returns (end_index, end_offset, survivors, samples, last_progress_lines, n_extract). */
 static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, Py_ssize_t idx0,
                            long long line0, Py_ssize_t every, Py_ssize_t n_extract0, Py_ssize_t max_surv) {
@@ -793,11 +842,12 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
         PyErr_SetString(PyExc_ValueError, "start out of range");
         return NULL;
     }
-    PyObject *surv = PyList_New(0), *samples = PyList_New(0), *result = NULL;
-    if (!surv || !samples) goto done;
     const unsigned char *base = buf->buf, *p = base + start, *stop = base + buf->len;
     Py_ssize_t idx = idx0, n_extract = n_extract0, n_prog = 0, n_surv = 0;
     Py_ssize_t ring[LAST_PROGRESS][3]; /* the last progress lines: index, start, end */
+    Triples surv = {NULL, 0, 0}, samples = {NULL, 0, 0};
+    int failed = 0; /* out of memory */
+    Py_BEGIN_ALLOW_THREADS
     while (p < stop) {
         const unsigned char *nl = memchr(p, '\n', (size_t)(stop - p));
         const unsigned char *end = nl ? nl : stop;
@@ -828,25 +878,21 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
             kind = (Py_ssize_t)(v & KEEP_MASK) + 1;
             back = keep_line(self, v, p, end, line0 + idx, a, b);
             if (back < 0) {
-                PyErr_NoMemory();
-                goto done;
+                failed = 1;
+                break;
             }
         } else if (!back) {
             self->counts[v & VALUE_MASK]++;
             if (v & FLAG_EXTRACT) {
                 if (n_extract % every == 0) {
-                    if (append_triple(samples, idx, a, b) < 0) goto done;
-                    if (PyList_GET_SIZE(samples) >= MAX_SAMPLES) { /* the stride was a bad guess */
-                        PyObject *half = PyList_GetSlice(samples, 0, MAX_SAMPLES);
-                        if (!half) goto done;
-                        Py_ssize_t k = 0;
-                        for (Py_ssize_t j = 0; j < MAX_SAMPLES; j += 2) {
-                            PyObject *item = PyList_GET_ITEM(half, j);
-                            Py_INCREF(item);
-                            PyList_SetItem(samples, k++, item);
-                        }
-                        Py_DECREF(half);
-                        if (PyList_SetSlice(samples, k, PyList_GET_SIZE(samples), NULL) < 0) goto done;
+                    if (triples_push(&samples, idx, a, b) < 0) {
+                        failed = 1;
+                        break;
+                    }
+                    if (samples.n >= MAX_SAMPLES) { /* the stride was a bad guess: keep every other */
+                        for (size_t j = 0; j < samples.n / 2; j++)
+                            memcpy(samples.v + 3 * j, samples.v + 3 * (2 * j), 3 * sizeof(Py_ssize_t));
+                        samples.n /= 2;
                         every *= 2;
                     }
                 }
@@ -861,28 +907,42 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
             }
         }
         if (back && kind) { /* a new rank/host of a kept shape: recorded here */
-            if (record_variant(self, (size_t)(kind - 1), p, end) < 0) goto done;
+            if (record_variant(self, (size_t)(kind - 1), p, end) < 0) {
+                failed = 1;
+                break;
+            }
         } else if (back) {
-            if (append_triple(surv, idx, a, b) < 0) goto done;
+            if (triples_push(&surv, idx, a, b) < 0) {
+                failed = 1;
+                break;
+            }
             n_surv++;
         }
         idx++;
         p = nl ? nl + 1 : stop;
         if (max_surv > 0 && n_surv >= max_surv) break;
     }
-    PyObject *prog = PyList_New(0);
-    if (!prog) goto done;
-    for (Py_ssize_t k = n_prog > LAST_PROGRESS ? n_prog - LAST_PROGRESS : 0; k < n_prog; k++) {
-        Py_ssize_t *slot = ring[k % LAST_PROGRESS];
-        if (append_triple(prog, slot[0], slot[1], slot[2]) < 0) {
-            Py_DECREF(prog);
-            goto done;
-        }
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL, *ls = NULL, *lm = NULL, *lp = NULL;
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
     }
-    result = Py_BuildValue("(nnOONn)", idx, (Py_ssize_t)(p - base), surv, samples, prog, n_extract);
+    Py_ssize_t prog[LAST_PROGRESS * 3];
+    size_t np = 0;
+    for (Py_ssize_t k = n_prog > LAST_PROGRESS ? n_prog - LAST_PROGRESS : 0; k < n_prog; k++, np++)
+        memcpy(prog + 3 * np, ring[k % LAST_PROGRESS], 3 * sizeof(Py_ssize_t));
+    ls = triples_list(surv.v, surv.n);
+    lm = triples_list(samples.v, samples.n);
+    lp = triples_list(prog, np);
+    if (ls && lm && lp)
+        result = Py_BuildValue("(nnOOOn)", idx, (Py_ssize_t)(p - base), ls, lm, lp, n_extract);
 done:
-    Py_XDECREF(surv);
-    Py_XDECREF(samples);
+    Py_XDECREF(ls);
+    Py_XDECREF(lm);
+    Py_XDECREF(lp);
+    PyMem_RawFree(surv.v);
+    PyMem_RawFree(samples.v);
     return result;
 }
 
