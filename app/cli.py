@@ -152,6 +152,10 @@ def _without_llm(result, pipeline):
     d = result.diagnosis
     if d.root_cause.error_type.value != "Unknown":
         return d
+    if not result.compressed.flagged_lines and all(e.error_type.value != "Unknown" for e in result.events):
+        # retrieval reads only unexplained lines (catch-all events, flagged lines): with none,
+        # the answer is the rules' one, and loading the LLM layer (numpy...) would be pure cost
+        return d
     from app.llm.factory import build_fallback_agent
 
     agent = build_fallback_agent(pipeline.ruleset)
