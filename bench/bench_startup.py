@@ -11,6 +11,7 @@ and after, because on a shared machine the wall figure is only as good as the lo
     python bench/bench_startup.py                 # 10 runs of each command
     python bench/bench_startup.py -n 20 --module
     python bench/bench_startup.py --json out.json
+    python bench/bench_startup.py --phases        # where the time goes, in-process, per stage
 """
 
 from __future__ import annotations
@@ -45,11 +46,46 @@ def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
+# one fresh process: the time of each start-up stage of `diagnose --json`, in order (each import
+# stage counts only what the stages before it did not load)
+PHASES = """
+import json, sys, time
+marks = [("start", time.perf_counter())]
+def mark(name): marks.append((name, time.perf_counter()))
+import click; mark("import click")
+import regex; mark("import regex")
+from pydantic import BaseModel; mark("import pydantic")
+import app.core.types; mark("contract models (first pydantic validators, plugin lookup)")
+import app.core.rules, app.cli; mark("rules + cli modules")
+from app.core.pipeline import Pipeline; mark("core modules")
+p = Pipeline(); mark("rules from the warm cache")
+p.ruleset.matchers(); mark("RE2 rule matchers")
+log = p.compress(sys.argv[1]); mark("compress the line")
+d = p.diagnose_compressed(log).diagnosis
+json.dumps(d.to_json_dict(), indent=2, ensure_ascii=False); mark("diagnose + JSON")
+print(json.dumps([(n, b - a) for (_, a), (n, b) in zip(marks, marks[1:])]))
+"""
+
+
+def phases(runs: int, env: dict[str, str], log: Path) -> None:
+    samples: dict[str, list[float]] = {}
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", PHASES, str(log)], env=env, cwd=REPO, capture_output=True,
+                             text=True, check=True)
+        for name, seconds in json.loads(out.stdout):
+            samples.setdefault(name, []).append(seconds)
+    print("| stage | median (ms) |\n|---|---|")
+    for name, xs in samples.items():
+        print(f"| {name} | {statistics.median(xs) * 1000:.0f} |")
+    print(f"| total in-process | {sum(statistics.median(xs) for xs in samples.values()) * 1000:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", "--runs", type=int, default=10, help="timed runs per command")
     ap.add_argument("--module", action="store_true", help="run `python -m app.cli` instead of the entry point")
     ap.add_argument("--json", dest="json_path", help="write the results as JSON here")
+    ap.add_argument("--phases", action="store_true", help="time each start-up stage in-process instead")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="logdx-startup-") as tmp:
@@ -58,6 +94,11 @@ def main() -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO), "LOGDX_RULES_CACHE_DIR": str(Path(tmp) / "rules-cache"),
                "LOGDX_LLM_BACKEND": "none"}
         prefix = [sys.executable, "-m", "app.cli"] if args.module else [sys.executable, "-c", ENTRY]
+        if args.phases:
+            run_once(prefix + ["compress", str(log)], env)  # warms the rules cache
+            print(f"load average {os.getloadavg()[0]:.2f}\n")
+            phases(args.runs, env, log)
+            return
         python_only = [run_once([sys.executable, "-c", "pass"], env) for _ in range(3)]
         load_before = os.getloadavg()
         results: dict[str, dict] = {}
