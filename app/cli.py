@@ -152,6 +152,10 @@ def _without_llm(result, pipeline):
     d = result.diagnosis
     if d.root_cause.error_type.value != "Unknown":
         return d
+    if not result.compressed.flagged_lines and all(e.error_type.value != "Unknown" for e in result.events):
+        # retrieval reads only unexplained lines (catch-all events, flagged lines): with none,
+        # the answer is the rules' one, and loading the LLM layer (numpy...) would be pure cost
+        return d
     from app.llm.factory import build_fallback_agent
 
     agent = build_fallback_agent(pipeline.ruleset)
@@ -161,7 +165,6 @@ def _without_llm(result, pipeline):
 def _print_summary(d) -> None:
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     con = Console()
     rc = d.root_cause
@@ -178,6 +181,8 @@ def _print_summary(d) -> None:
               + (f"  suspect ranks: {', '.join(map(str, a.suspect_ranks))}" if a.suspect_ranks else ""))
     con.print(f"  {a.reason}", markup=False)
     if d.co_occurring:
+        from rich.table import Table  # only a log with co-occurring errors pays for it
+
         table = Table("co-occurring", "role", "count", "first line")
         for c in d.co_occurring:
             table.add_row(c.error_type.value, c.role, str(c.count), str(c.first_line))
