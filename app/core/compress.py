@@ -3,7 +3,6 @@ process per core for large plain files (findings merged in order)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -80,6 +79,8 @@ def _compress_range(args: tuple[str, int, int, int, bool, Limits | None]) -> tup
 def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: int,
                        on_progress: Callable[[int], None] | None, use_c: bool,
                        limits: Limits | None = None) -> CompressedLog:
+    import multiprocessing  # (only large plain files are scanned in parallel)
+
     global _WORKER_RULESET, _WORKER_PROGRESS
     _WORKER_RULESET = ruleset
     ranges = _ranges(path, workers)
@@ -115,6 +116,12 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
     return build_log(merge_partials([p for p, _ in results]), ruleset, report)
 
 
+def _can_fork() -> bool:
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
                     chunk_size: int = CHUNK_SIZE, workers: int | None = None, use_c: bool = True,
                     on_progress: Callable[[int], None] | None = None,
@@ -124,8 +131,7 @@ def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
     deadline and a decompression-ratio limit that end reading early (partial, with a warning)."""
     workers = workers if workers is not None else (os.cpu_count() or 1)
     path = _plain_file(source)
-    if workers > 1 and path is not None and path.stat().st_size >= PARALLEL_MIN_BYTES \
-            and "fork" in multiprocessing.get_all_start_methods():
+    if workers > 1 and path is not None and path.stat().st_size >= PARALLEL_MIN_BYTES and _can_fork():
         return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c, limits)
     report = IngestReport()
     comp = Compressor(ruleset, use_c=use_c)

@@ -364,10 +364,12 @@ def iter_file_buffers(path: Path, report: IngestReport, start: int = 0, end: int
     buffer: yields `(buffer, length)`, valid until the next iteration. One copy per byte (the
     read itself), no page faults, no allocation per chunk. A line that does not fit in the
     buffer is cut to `line_cap` bytes and marked, as in `iter_chunks`."""
-    buf = bytearray(chunk_size)
     with open(path, "rb", buffering=0) as fh:
         size = os.fstat(fh.fileno()).st_size
         left = (size if end is None else min(end, size)) - start
+        # a small file gets a small buffer (8 MiB of zeros cost a one-line log a few ms); a
+        # buffer larger than what is left never fills, so lines are cut exactly as before
+        buf = bytearray(min(chunk_size, max(0, left) + 1))
         fh.seek(start)
         have = 0  # bytes of a partial line carried at the front of buf
         skipping = False  # discarding the rest of a cut line
