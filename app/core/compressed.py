@@ -20,6 +20,8 @@ from app.core.types import CompressionStats, Progress
 
 MAX_TEMPLATES = 50_000
 MAX_SET_MEMBERS = 512
+MAX_METRIC_POINTS = 4096  # per log: memory stays flat in log size (see thin_metrics)
+KEEP_RECENT_POINTS = 64  # the newest points are never thinned
 MAX_FLAGGED = 200
 BINARY_TEXT = "<binary data>"  # the template of lines that are mostly control bytes
 RECENT_PROGRESS = 4  # progress markers remembered: the last one, and whether training went on
@@ -32,7 +34,7 @@ def decode_line(raw: bytes) -> str:
     return text
 
 
-@dataclass
+@dataclass(slots=True)  # (thousands of these cross the process boundary: no __dict__ each)
 class Template:
     """One folded line shape, in order of first appearance."""
 
@@ -63,7 +65,7 @@ class Occurrence:
     after_chain_marker: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class MetricPoint:
     line: int
     step: int | None
@@ -138,6 +140,22 @@ class Partial:
         return self
 
 
+def _loss(point: MetricPoint) -> float:
+    return point.values.get("loss", -math.inf)
+
+
+def thin_metrics(points: list[MetricPoint]) -> list[MetricPoint]:
+    """The series at about half its length, in line order: of each pair of neighbouring points
+    the one with the higher loss stays (a loss spike survives thinning); the newest
+    KEEP_RECENT_POINTS are kept as they are. Applied whenever a series passes MAX_METRIC_POINTS,
+    so a 20 GB log holds no more points than a 2 GB one."""
+    old, recent = points[:-KEEP_RECENT_POINTS], points[-KEEP_RECENT_POINTS:]
+    out = [b if _loss(b) > _loss(a) else a for a, b in zip(old[0::2], old[1::2])]
+    if len(old) % 2:
+        out.append(old[-1])
+    return out + recent
+
+
 def merge_partials(parts: list[Partial]) -> Partial:
     """Combine the partials of consecutive ranges, in order, into one."""
     offset = 0
@@ -168,6 +186,8 @@ def merge_partials(parts: list[Partial]) -> Partial:
         head.occurrences.extend(part.occurrences)
         head.rule_counts.update(part.rule_counts)
         head.metrics.extend(part.metrics)
+        while len(head.metrics) > MAX_METRIC_POINTS:
+            head.metrics = thin_metrics(head.metrics)
         head.nan_points.extend(part.nan_points)
         head.progress = (head.progress + part.progress)[-RECENT_PROGRESS:]
         head.flagged.extend(part.flagged[: max(0, MAX_FLAGGED - len(head.flagged))])

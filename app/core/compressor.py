@@ -22,8 +22,8 @@ import regex
 
 from app.core.binary import BINARY_SHARE, BINARY_RULE_ID, is_text_line, nontext_share
 from app.core.compressed import (
-    BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
-    build_log, decode_line,
+    BINARY_TEXT, MAX_FLAGGED, MAX_METRIC_POINTS, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
+    build_log, decode_line, thin_metrics,
 )
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, rank_match
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
@@ -669,6 +669,8 @@ class Compressor:
             return
         if values:
             self._metrics.append(point)
+            if len(self._metrics) > MAX_METRIC_POINTS:
+                self._metrics = thin_metrics(self._metrics)
 
     def _sample_metrics(self, lines: list[bytes], shapes: list[bytes], base: int, first: int) -> None:
         """Extract metrics from up to METRIC_SAMPLES_PER_CHUNK evenly spaced lines of `lines`

@@ -380,3 +380,23 @@ def test_parallel_workers_report_progress_while_they_scan(tmp_path, rules_min, m
     compress_source(path, rules_min, workers=2, chunk_size=64 * 1024, on_progress=ticks.append)
     assert sum(ticks) == path.stat().st_size
     assert len(ticks) > 2  # the bar moves while the workers run, not only at the end
+
+
+def test_metric_series_stays_bounded_and_keeps_a_spike():
+    from app.core.compressed import KEEP_RECENT_POINTS, MAX_METRIC_POINTS, MetricPoint, thin_metrics
+    from app.core.events import find_loss_spike
+
+    points = [MetricPoint(line=i, step=i, values={"loss": 2.0 - i * 1e-5}) for i in range(20_000)]
+    points[12_345].values["loss"] = 9.0  # a spike the loss never comes back from ...
+    for p in points[12_346:]:
+        p.values["loss"] = 8.5
+    series = []
+    for p in points:  # as the compressor adds them
+        series.append(p)
+        if len(series) > MAX_METRIC_POINTS:
+            series = thin_metrics(series)
+    assert len(series) <= MAX_METRIC_POINTS
+    assert [p.line for p in series] == sorted(p.line for p in series)
+    assert series[-KEEP_RECENT_POINTS:] == points[-KEEP_RECENT_POINTS:]
+    spike = find_loss_spike(series)
+    assert spike is not None and spike[1].line == 12_345  # ... found on the thinned series
