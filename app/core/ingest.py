@@ -8,7 +8,6 @@ by the chunk size plus one capped line.
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import queue
@@ -24,6 +23,16 @@ from typing import BinaryIO
 import zstandard
 
 from app.core.zstdframes import FrameWalker
+
+try:  # ISA-L's gzip decoder: about 3x zlib's speed, GIL released (zlib's gzip is the fallback)
+    from isal import igzip as _gzip
+    from isal.igzip_lib import IsalError as _IsalError
+
+    _DECODE_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, zstandard.ZstdError, _IsalError)
+except ImportError:  # pragma: no cover - isal is a declared dependency
+    import gzip as _gzip
+
+    _DECODE_ERRORS = (EOFError, OSError, zlib.error, zstandard.ZstdError)
 
 CHUNK_SIZE = 8 * 1024 * 1024
 LINE_CAP = 64 * 1024
@@ -136,6 +145,7 @@ class _Decoder:
     """Wrap a raw stream with the right decompressor; read() never raises on corrupt data."""
 
     PIECE = 256 * 1024  # decompressed bytes per read: a corrupt tail loses at most this much
+    GZIP_READ = 16 * 1024  # compressed bytes per read of the gzip decoder (see _Prefixed.max_read)
 
     def __init__(self, raw: BinaryIO, report: IngestReport) -> None:
         self._report = report
@@ -145,7 +155,8 @@ class _Decoder:
         self._raw_in = _Prefixed(head, raw)  # counts the compressed bytes consumed
         if head.startswith(GZIP_MAGIC):
             report.encoding = "gzip"
-            self._stream = gzip.GzipFile(fileobj=self._raw_in)
+            self._raw_in.max_read = self.GZIP_READ
+            self._stream = _gzip.GzipFile(fileobj=self._raw_in)
         elif head.startswith(ZSTD_MAGIC):
             report.encoding = "zstd"
             self._stream = _ZstdReader(self._raw_in)
@@ -169,7 +180,7 @@ class _Decoder:
         while want > 0 and not self._done:
             try:
                 data = self._stream.read(min(want, self._piece))
-            except (EOFError, OSError, zlib.error, zstandard.ZstdError) as exc:
+            except _DECODE_ERRORS as exc:
                 self._fail(exc, self._report.bytes_read + sum(map(len, parts)))
                 break
             if not data:
@@ -186,7 +197,7 @@ class _Decoder:
         while got < want and not self._done:
             try:
                 n = self._stream.readinto(view[got: got + min(want - got, self._piece)])
-            except (EOFError, OSError, zlib.error, zstandard.ZstdError) as exc:
+            except _DECODE_ERRORS as exc:
                 self._fail(exc, self._report.bytes_read + got)
                 break
             if not n:
@@ -210,6 +221,9 @@ class _Prefixed(io.RawIOBase):
         self._head = head
         self._raw = raw
         self.consumed = 0
+        # at most this much per read: the decompression-ratio limit compares output with input
+        # consumed, which a decoder reading far ahead would inflate
+        self.max_read = 1 << 30
 
     def readable(self) -> bool:
         return True
@@ -221,7 +235,7 @@ class _Prefixed(io.RawIOBase):
             self._head = self._head[n:]
             self.consumed += n
             return n
-        data = self._raw.read(len(buf))
+        data = self._raw.read(min(len(buf), self.max_read))
         if not data:
             return 0
         buf[: len(data)] = data
@@ -229,6 +243,8 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
     def read(self, n: int = -1) -> bytes:
+        if n is not None and n > self.max_read:
+            n = self.max_read
         if n is None or n < 0:
             out = self._head + self._raw.read()
         elif self._head:
