@@ -95,7 +95,8 @@ class _Filler:
     def close(self) -> None:
         self.stop.set()
         self.free.put(None)
-        self.thread.join()
+        # a thread blocked reading a pipe (stdin) ends with the process: it is a daemon
+        self.thread.join(timeout=2.0)
 
 
 def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
