@@ -35,6 +35,14 @@ _TAGS = (r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?:\s)?(?:\[\d+,\d+\]<std(?:out|err|diag)>:
 # a shell prompt: `(venv) root@node1:~/dir# cmd`, `user@host:~$ cmd`, zsh `user@host ~ % cmd`,
 # `[user@host dir]$ cmd`; the prompt's syntax says it is a host, so any host name goes
 _PROMPT_HOST = r"[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*"
+_PROMPT_RE = regex.compile(
+    r"^(?:\([\w.-]+\)\s+)?\[?[a-z_][\w.-]*@(" + _PROMPT_HOST + r")(?::\S*|\s+\S+)?\]?\s?[$#%](?:\s|$)")
+MPICH_ABORT = "MPICH ERROR [Rank "
+_MPICH_ABORT_RE = regex.compile(
+    r"MPICH ERROR \[Rank (?P<rank>\d{1,7})\] \[job id [^\]]*\] \[[^\]]*\] (?:\[unknown\] )?"
+    r"\[(?P<host>" + _PROMPT_HOST + r")\]")
+# the same, with the host as group 1 like every host pattern
+_MPICH_HOST_RE = regex.compile(_MPICH_ABORT_RE.pattern.replace("(?P<rank>", "(?:").replace("(?P<host>", "("))
 _HOST_RES = [
     # syslog / journald: "Jul 14 03:12:55 node-12 kernel: ..."
     regex.compile(r"^[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
@@ -44,8 +52,10 @@ _HOST_RES = [
     regex.compile(r"^pdsh@[\w.-]+:\s(" + _PREFIX_HOST + r"):\s"),
     # pdsh / DeepSpeed multi-node launcher: "node-12: ...", "10.0.0.15: [rank37]:..."
     regex.compile(r"^(" + _PREFIX_HOST + r"):\s"),
-    # shell prompt
-    regex.compile(r"^(?:\([\w.-]+\)\s+)?\[?[a-z_][\w.-]*@(" + _PROMPT_HOST + r")(?::\S*|\s+\S+)?\]?\s?[$#%](?:\s|$)"),
+    _PROMPT_RE,
+    # Cray MPICH's abort report names the node of the rank: "MPICH ERROR [Rank 5] [job id 40341.0]
+    # [Tue Dec 12 17:52:24 2023] [nid001097] - Abort(...)" (`[unknown]` before it on some versions)
+    _MPICH_HOST_RE,
     # "on host node-12", "hostname=node-12", "node node-12"
     regex.compile(r"\b(?:host(?:name)?|node)[=:\s]\s?(" + _HOST_TOKEN + r")\b"),
 ]
@@ -77,6 +87,20 @@ def host_match(text: str) -> regex.Match | None:
         if m and m.group(1) not in _NOT_HOSTS and not m.group(1).endswith(("Error", "Exception")):
             return m
     return None
+
+
+def prompt_host(text: str) -> str | None:
+    """The host a shell prompt names (`user@host:~$ cmd`): the lines after it ran there."""
+    m = _PROMPT_RE.match(text)
+    return m.group(1) if m else None
+
+
+def mpich_abort(text: str) -> tuple[int, str] | None:
+    """(rank, host) from Cray MPICH's abort report."""
+    if MPICH_ABORT not in text:
+        return None
+    m = _MPICH_ABORT_RE.search(text)
+    return (int(m.group("rank")), m.group("host")) if m else None
 
 
 def extract_rank(text: str) -> int | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.fields import extract_host, host_match
+from app.core.fields import extract_host, host_match, mpich_abort, prompt_host
 from app.core.keptshapes import field_ranges
 
 
@@ -36,6 +36,11 @@ from app.core.keptshapes import field_ranges
     ("zeyer@cn-234 ~ % nvidia-smi", "cn-234"),
     ("[alice@gpu-3 ~]$ dmesg -T | grep Xid", "gpu-3"),
     ("root@node1:~# dmesg -T | grep NVRM", "node1"),
+    # Cray MPICH's abort report (behind an `srun --label` task id, with `[unknown]` on some versions)
+    ("2047: MPICH ERROR [Rank 2047] [job id 57638547.0] [Fri Aug 28 22:45:13 2026] [nid004069] - Abort(1) "
+     "(rank 2047 in comm 432): application called MPI_Abort(comm=0xC4000001, 1) - process 2047", "nid004069"),
+    ("MPICH ERROR [Rank 1534] [job id 114930.0] [Mon Feb 15 14:58:48 2021] [unknown] [nid001192] - "
+     "Abort(672797967) (rank 1534 in comm 0): Fatal error in PMPI_Isend: Other MPI error, error stack:", "nid001192"),
 ])
 def test_a_prefix_that_names_the_host_of_the_line(line, host):
     m = host_match(line)
@@ -58,6 +63,7 @@ def test_a_prefix_that_names_the_host_of_the_line(line, host):
     "Cloning into 'repo'... git@github.com: Permission denied (publickey).",
     "john@example.com wrote 50% of the report",
     "mchorse@172.17.0.2: Permission denied (publickey,password).",
+    "MPICH ERROR [Rank 0] - Abort(1): Internal error",
 ])
 def test_an_address_or_label_that_does_not_name_the_line_host(line):
     assert extract_host(line) is None
@@ -76,3 +82,12 @@ def test_a_host_that_starts_with_a_digit_is_not_read_at_a_learned_position():
     assert field_ranges(line.encode(), line, None, host_match(line)) is None
     named = "node-04: [rank37]: dataloader worker 3 prefetched 12 batches"
     assert field_ranges(named.encode(), named, None, host_match(named)) is not None
+
+
+def test_rank_and_host_of_an_mpich_abort_and_the_host_of_a_prompt():
+    assert mpich_abort("MPICH ERROR [Rank 5] [job id 40341.0] [Tue Dec 12 17:52:24 2023] [nid001097] - "
+                       "Abort(404347151) (rank 5 in comm 0): Fatal error in PMPI_Send") == (5, "nid001097")
+    assert mpich_abort("MPICH ERROR [Rank 0] - Abort(1): Internal error") is None
+    assert prompt_host("[alice@gpu-3 ~]$ nvidia-smi") == "gpu-3"
+    assert prompt_host("alice@gpu-3 wrote: see the log") is None
+    assert prompt_host("10.0.0.15: root@node1:~# ls") is None  # behind a pdsh prefix: the prefix names it
