@@ -6,7 +6,8 @@ gaps from the common prefixes launchers add (`[rank3]:`, `[Rank 3]`, `3: ` from 
 
 A host is read only where the line's format says "this line comes from that host": a prefix at
 the start of the line (pdsh and DeepSpeed's multi-node launcher write `node-12: ` or
-`10.0.0.15: `; pdsh's own `pdsh@launcher: node-12: ssh exited ...` is about the remote host),
+`10.0.0.15: `; pdsh's own `pdsh@launcher: node-12: ssh exited ...` is about the remote host;
+Ray's `(RayTrainWorker pid=364, ip=10.0.0.218) ` on output relayed to the driver),
 NCCL's `host:pid:tid [dev]` after the launcher's tags (`[1,4]<stdout>:` from mpirun
 --tag-output, `[default0]:`, `[rank3]:`), a shell prompt (`user@host:~$ cmd`), syslog. An IP
 address anywhere else in a message (a master address, a peer, `connect to 10.1.2.3:29500`) is
@@ -52,6 +53,9 @@ _HOST_RES = [
     regex.compile(r"^pdsh@[\w.-]+:\s(" + _PREFIX_HOST + r"):\s"),
     # pdsh / DeepSpeed multi-node launcher: "node-12: ...", "10.0.0.15: [rank37]:..."
     regex.compile(r"^(" + _PREFIX_HOST + r"):\s"),
+    # Ray relays a task's or actor's output to the driver as "(RayTrainWorker pid=364, ip=10.0.0.218) ..."
+    # (the address only for another node than the driver's)
+    regex.compile(r"^\((?:[^()\s]+ )?pid=\d+, ip=(" + _IPV4 + r")\)"),
     _PROMPT_RE,
     # Cray MPICH's abort report names the node of the rank: "MPICH ERROR [Rank 5] [job id 40341.0]
     # [Tue Dec 12 17:52:24 2023] [nid001097] - Abort(...)" (`[unknown]` before it on some versions)

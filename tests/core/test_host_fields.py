@@ -36,6 +36,11 @@ from app.core.keptshapes import field_ranges
     ("zeyer@cn-234 ~ % nvidia-smi", "cn-234"),
     ("[alice@gpu-3 ~]$ dmesg -T | grep Xid", "gpu-3"),
     ("root@node1:~# dmesg -T | grep NVRM", "node1"),
+    # Ray's prefix on a task's or actor's output relayed to the driver
+    ("(RayTrainWorker pid=364, ip=10.0.0.218) Setting up process group for: env:// [rank=0, world_size=12]",
+     "10.0.0.218"),
+    ("(LLMRayActor pid=90738, ip=172.19.24.110) mlx5: host_unknown: got completion with error:", "172.19.24.110"),
+    ("(pid=1191773, ip=10.244.4.193) hello there", "10.244.4.193"),
     # Cray MPICH's abort report (behind an `srun --label` task id, with `[unknown]` on some versions)
     ("2047: MPICH ERROR [Rank 2047] [job id 57638547.0] [Fri Aug 28 22:45:13 2026] [nid004069] - Abort(1) "
      "(rank 2047 in comm 432): application called MPI_Abort(comm=0xC4000001, 1) - process 2047", "nid004069"),
@@ -53,7 +58,8 @@ def test_a_prefix_that_names_the_host_of_the_line(line, host):
     "MASTER_ADDR=10.0.0.1 MASTER_PORT=29500",
     "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (10.0.0.1:29500)",
     "NET/IB : Got completion from peer 10.226.98.98<48598> with error 12, opcode 0, len 0, vendor err 129",
-    "(LLMRayActor pid=90738, ip=172.19.24.110) mlx5: host_unknown: got completion with error:",
+    "(RayTrainWorker pid=17770) Setting up process group for: env:// [rank=0, world_size=16]",  # the driver's node
+    "worker (pid=42, ip=10.0.0.5) exited",  # not the prefix
     "10.0.0.15:29500: connection timed out",  # an address with its port, not a prefix
     "0: RuntimeError: CUDA error: an illegal memory access was encountered",  # srun --label task id
     "12: [rank12]: torch.distributed.DistBackendError: NCCL error",
