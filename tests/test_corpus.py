@@ -71,6 +71,23 @@ def test_corpus_case(pipeline, case):
         f"expected {meta['root_cause']}/{meta['action']}: {meta.get('why', '')}")
 
 
+def _host_params():
+    """Cases whose label names the hosts to drain: only an isolate action names hosts."""
+    for case in CASES:
+        meta = _meta(case)
+        if meta.get("suspect_hosts") and meta["action"] == "isolate_and_restart":
+            marks = [pytest.mark.xfail(reason=KNOWN_MISSES[case.name], strict=True)] \
+                if case.name in KNOWN_MISSES else []
+            yield pytest.param(case, id=case.name, marks=marks)
+
+
+@pytest.mark.parametrize("case", list(_host_params()))
+def test_corpus_suspect_hosts(pipeline, case):
+    meta = _meta(case)
+    d = pipeline.diagnose(case / "log.txt").diagnosis
+    assert sorted(d.action.suspect_hosts) == sorted(meta["suspect_hosts"]), d.action.reason
+
+
 def test_corpus_summary(pipeline):
     """Accuracy over every case (known misses included); printed for bench/README.md."""
     if not CASES:

@@ -3,6 +3,15 @@
 Rules capture `rank`/`host` themselves where their format carries them; these extractors fill the
 gaps from the common prefixes launchers add (`[rank3]:`, `[Rank 3]`, `3: ` from `srun -l`,
 `node-12: ` from pdsh/srun, NCCL's `host:pid:tid [local]`, syslog's `Mon DD HH:MM:SS host`).
+
+A host is read only where the line's format says "this line comes from that host": a prefix at
+the start of the line (pdsh and DeepSpeed's multi-node launcher write `node-12: ` or
+`10.0.0.15: `; pdsh's own `pdsh@launcher: node-12: ssh exited ...` is about the remote host;
+Ray's `(RayTrainWorker pid=364, ip=10.0.0.218) ` on output relayed to the driver),
+NCCL's `host:pid:tid [dev]` after the launcher's tags (`[1,4]<stdout>:` from mpirun
+--tag-output, `[default0]:`, `[rank3]:`), a shell prompt (`user@host:~$ cmd`), syslog. An IP
+address anywhere else in a message (a master address, a peer, `connect to 10.1.2.3:29500`) is
+not the line's host, and neither is `srun --label`'s `0: ` (a task id).
 """
 
 from __future__ import annotations
@@ -16,13 +25,41 @@ _RANK_RES = [
     regex.compile(r"^(?:[A-Za-z][\w.-]*:\s)?(\d{1,5}):\s"),
 ]
 _HOST_TOKEN = r"[A-Za-z][A-Za-z0-9_-]*(?:\d[A-Za-z0-9_-]*|-[A-Za-z0-9_-]+)(?:\.[A-Za-z0-9_-]+)*"
+# a dotted quad, not followed by more of a version number or a port (`10.0.0.15:29500` is an address)
+_IPV4 = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}(?![\d.])"
+# a launcher's per-line prefix: the host as pdsh / DeepSpeed's multi-node runner write it
+_PREFIX_HOST = "(?:" + _IPV4 + "|" + _HOST_TOKEN + ")"
+# tags launchers put before the program's own text: `[1,4]<stdout>:` (mpirun --tag-output, maybe
+# behind its ISO timestamp), `[default0]:`, `[rank3]:`, `[3]`
+_TAGS = (r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?:\s)?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
+         r"|\[(?:rank|Rank)\d+\]:|\[\d+\])?")
+# a shell prompt: `(venv) root@node1:~/dir# cmd`, `user@host:~$ cmd`, zsh `user@host ~ % cmd`,
+# `[user@host dir]$ cmd`; the prompt's syntax says it is a host, so any host name goes
+_PROMPT_HOST = r"[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*"
+_PROMPT_RE = regex.compile(
+    r"^(?:\([\w.-]+\)\s+)?\[?[a-z_][\w.-]*@(" + _PROMPT_HOST + r")(?::\S*|\s+\S+)?\]?\s?[$#%](?:\s|$)")
+MPICH_ABORT = "MPICH ERROR [Rank "
+_MPICH_ABORT_RE = regex.compile(
+    r"MPICH ERROR \[Rank (?P<rank>\d{1,7})\] \[job id [^\]]*\] \[[^\]]*\] (?:\[unknown\] )?"
+    r"\[(?P<host>" + _PROMPT_HOST + r")\]")
+# the same, with the host as group 1 like every host pattern
+_MPICH_HOST_RE = regex.compile(_MPICH_ABORT_RE.pattern.replace("(?P<rank>", "(?:").replace("(?P<host>", "("))
 _HOST_RES = [
     # syslog / journald: "Jul 14 03:12:55 node-12 kernel: ..."
     regex.compile(r"^[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
-    # NCCL: "node-12:1234:5678 [3] NCCL ..."
-    regex.compile(r"^(?:\[\d+\])?(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
-    # pdsh / srun label: "node-12: ..."
-    regex.compile(r"^(" + _HOST_TOKEN + r"):\s"),
+    # NCCL: "node-12:1234:5678 [3] NCCL ...", behind a launcher's tags
+    regex.compile(r"^" + _TAGS + "(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
+    # pdsh's own report on a remote host: "pdsh@launcher: 10.0.0.15: ssh exited with exit code 1"
+    regex.compile(r"^pdsh@[\w.-]+:\s(" + _PREFIX_HOST + r"):\s"),
+    # pdsh / DeepSpeed multi-node launcher: "node-12: ...", "10.0.0.15: [rank37]:..."
+    regex.compile(r"^(" + _PREFIX_HOST + r"):\s"),
+    # Ray relays a task's or actor's output to the driver as "(RayTrainWorker pid=364, ip=10.0.0.218) ..."
+    # (the address only for another node than the driver's)
+    regex.compile(r"^\((?:[^()\s]+ )?pid=\d+, ip=(" + _IPV4 + r")\)"),
+    _PROMPT_RE,
+    # Cray MPICH's abort report names the node of the rank: "MPICH ERROR [Rank 5] [job id 40341.0]
+    # [Tue Dec 12 17:52:24 2023] [nid001097] - Abort(...)" (`[unknown]` before it on some versions)
+    _MPICH_HOST_RE,
     # "on host node-12", "hostname=node-12", "node node-12"
     regex.compile(r"\b(?:host(?:name)?|node)[=:\s]\s?(" + _HOST_TOKEN + r")\b"),
 ]
@@ -54,6 +91,20 @@ def host_match(text: str) -> regex.Match | None:
         if m and m.group(1) not in _NOT_HOSTS and not m.group(1).endswith(("Error", "Exception")):
             return m
     return None
+
+
+def prompt_host(text: str) -> str | None:
+    """The host a shell prompt names (`user@host:~$ cmd`): the lines after it ran there."""
+    m = _PROMPT_RE.match(text)
+    return m.group(1) if m else None
+
+
+def mpich_abort(text: str) -> tuple[int, str] | None:
+    """(rank, host) from Cray MPICH's abort report."""
+    if MPICH_ABORT not in text:
+        return None
+    m = _MPICH_ABORT_RE.search(text)
+    return (int(m.group("rank")), m.group("host")) if m else None
 
 
 def extract_rank(text: str) -> int | None:

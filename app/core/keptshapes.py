@@ -145,7 +145,12 @@ def _shape_pos(raw: bytes, offset: int) -> int:
 
 def field_ranges(raw: bytes, text: str, rank_m: regex.Match | None, host_m: regex.Match | None) -> Fields | None:
     """Shape-position ranges of the rank and host fields of this line, or None when character
-    offsets of `text` cannot be mapped to bytes of `raw` (not valid UTF-8)."""
+    offsets of `text` cannot be mapped to bytes of `raw` (not valid UTF-8) or the host starts
+    with a digit (`10.0.0.15: ` from pdsh): a host is read back from the byte of the shape
+    position before its first digit run (its first letter, in both loops), and an IP has none,
+    so the lines of such a shape take the full path, which reads each line's host itself."""
+    if host_m is not None and host_m.group(1)[:1].isdigit():
+        return None
     if raw.isascii():
         def offset(k: int) -> int:
             return k

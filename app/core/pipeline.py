@@ -15,7 +15,7 @@ from app import __version__
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
 from app.core.ingest import Limits
-from app.core.placement import JobPlacement, name_hosts
+from app.core.placement import JobPlacement, name_hosts, session_host
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
 from app.core.rules import RuleSet, load_rules
@@ -104,4 +104,5 @@ class Pipeline:
         if ranks and decision.policy_id == "nccl-timeout-silent-rank":
             reason += f" Silent rank(s): {', '.join(map(str, ranks))}."
         action = Action(kind=decision.kind, suspect_hosts=hosts[:32], suspect_ranks=ranks[:64], reason=reason)
-        return name_hosts(action, rank_hosts=log.rank_hosts, job=job)
+        session = session_host(log.templates, ev.first_line) if ev is not None else None
+        return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session)

@@ -10,8 +10,10 @@ Two sources, in this order of trust:
 - the registered job: its hosts (in list order) and GPU count, with ranks placed contiguously,
   `gpu_count / len(hosts)` per host (torchrun/srun's default block placement). An inference,
   and the action's reason says so.
-torchrun's failure summary (`host : gpu-07` then `rank : 5 (local_rank: 5)`) adds pairs for the
-ranks it names. An isolate action for which none gives a host stays an isolate (the failure class
+torchrun's failure summary (`host : gpu-07` then `rank : 5 (local_rank: 5)`) and Cray MPICH's abort
+report (`MPICH ERROR [Rank 5] [job id ...] [date] [nid001097] - Abort(...)`) add pairs for the ranks
+they name. A failure that none of these places (a command's output pasted from a terminal) takes
+the host of the shell prompt it was printed after (`root@node1:~# nvidia-smi`). An isolate action for which none gives a host stays an isolate (the failure class
 is a hardware fault: restarting on the same nodes fails again) with no suspect host, and its reason
 says that the node probe must find the host: the restart controller probes the job's nodes
 (two-round allgather) and drains only a node that fails it; nothing is drained on a guess.
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 import regex
 
+from app.core.fields import mpich_abort, prompt_host
 from app.core.types import Action, ActionKind
 
 NO_HOST = "No host can be named"  # starts the note of an isolate whose node the probe must find
@@ -31,8 +34,11 @@ SCAN_BYTES = 32 * 1024 * 1024
 _MARK = b" nranks "
 _SUMMARY_HOST = regex.compile(r"^\s+host\s+:\s*([A-Za-z][\w.-]*)\s*$")
 _SUMMARY_RANK = regex.compile(r"^\s+rank\s+:\s*(\d{1,7})\b")
+# NCCL's own host field, behind what launchers put first: pdsh's `node-3: ` / `10.0.0.15: `,
+# mpirun --tag-output's `[1,4]<stdout>:`, torchrun's `[default0]:` / `[rank3]:`
 _INIT_RE = regex.compile(
-    rb"^(?:\[\d+\])?(?:\[default\d+\]:)?(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO .*?"
+    rb"^(?:[\w.-]+: )?(?:\[\d+\]|\[\d+,\d+\]<std(?:out|err)>:)?(?:\[default\d+\]:|\[rank\d+\]:)?"
+    rb"(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO .*?"
     rb"\brank (?P<rank>\d{1,7}) nranks (?P<nranks>\d{1,7})\b")
 
 
@@ -58,7 +64,7 @@ class RankHosts:
     world: int = 0
     hosts: dict[int, str] = field(default_factory=dict)
     budget: int = field(default_factory=lambda: SCAN_BYTES)  # bytes still to scan (the start of the log)
-    summary: dict[int, str] = field(default_factory=dict)  # from torchrun's failure summary
+    summary: dict[int, str] = field(default_factory=dict)  # from failure reports (torchrun, MPICH)
     _summary_host: str | None = None
 
     def scan(self, buf: bytes | bytearray, length: int) -> None:
@@ -90,8 +96,12 @@ class RankHosts:
             self.summary.setdefault(rank, host)
 
     def note_kept_line(self, text: str) -> None:
-        """torchrun's failure summary: a `host :` line, then the `rank :` of that process."""
+        """torchrun's failure summary: a `host :` line, then the `rank :` of that process; an
+        MPICH abort report."""
         if text[:1] not in (" ", "\t"):
+            pair = mpich_abort(text)
+            if pair and len(self.summary) < MAX_RANKS:
+                self.summary.setdefault(*pair)
             self._summary_host = None
             return
         m = _SUMMARY_HOST.match(text)
@@ -104,13 +114,32 @@ class RankHosts:
         self._summary_host = None
 
     def mapping(self) -> dict[int, str]:
-        """rank -> host: NCCL's world communicator first, torchrun's summary for other ranks."""
+        """rank -> host: NCCL's world communicator first, failure reports for other ranks."""
         return {**self.summary, **self.hosts}
 
 
-def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None) -> Action:
-    """An isolate action with its hosts named from the ranks it suspects, or a reason saying
-    that the node probe must find the host."""
+def session_host(templates, line: int) -> str | None:
+    """The host of the shell session `line` was printed in: the host of the last prompt before it
+    (`root@node1:~# nvidia-smi`), or None when a folded prompt line of another host may sit unseen
+    between that prompt and the line."""
+    prompts = [t for t in templates if t.first_line < line and prompt_host(t.text)]
+    seen = [(t.first_line, prompt_host(t.text)) for t in prompts]
+    seen += [(t.last_line, prompt_host(t.last_line_text)) for t in prompts if t.last_line < line]
+    seen = [(at, host) for at, host in seen if host]
+    if not seen:
+        return None
+    at, host = max(seen)
+    for t in prompts:  # lines between a template's first and last are counted, not kept
+        if t.count > 2 and t.last_line > at and t.hosts != {host}:
+            return None
+    return host
+
+
+def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None,
+               session: str | None = None) -> Action:
+    """An isolate action with its hosts named from the ranks it suspects (or, with no rank, from
+    the shell `session` the failure was printed in), or a reason saying that the node probe must
+    find the host."""
     if action.kind is not ActionKind.ISOLATE_AND_RESTART or action.suspect_hosts:
         return action
     ranks = action.suspect_ranks
@@ -119,7 +148,12 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
         return action.model_copy(update={
             "suspect_hosts": found[:32],
             "reason": (f"{action.reason} Host(s) of rank(s) {_ranks(ranks)} as the log maps them "
-                       "(NCCL init lines, torchrun's failure summary).")})
+                       "(NCCL init lines, torchrun's failure summary, MPICH's abort report).")})
+    if session is not None:
+        return action.model_copy(update={
+            "suspect_hosts": [session],
+            "reason": f"{action.reason} Host {session}: the shell session the failure was printed in "
+                      "(its prompts name it)."})
     if job is not None:
         found = sorted({h for h in (job.host_of(r) for r in ranks) if h})
         if found:

@@ -260,6 +260,20 @@ def test_ranks_past_a_templates_cap_still_count_as_seen(ruleset, compress_source
     assert set(range(1200)) <= set(log.known_ranks)
 
 
+def test_kept_lines_behind_ip_prefixes_keep_every_host(ruleset, compress_source):
+    """pdsh / DeepSpeed's multi-node runner prefix each line with the node's IP: a plain shape
+    recurring on 8 nodes names all 8 (and only them) in both scan loops."""
+    ips = [f"10.0.{(n + 11) // 256}.{(n + 11) % 256}" for n in range(250, 258)]  # crosses 10.0.1.x
+    lines = [f"{ips[r // 8]}: [rank{r}]: dataloader worker {step % 7} prefetched {step * 13} batches"
+             for step in range(30) for r in range(64)]
+    log = compress_source(io.BytesIO(("\n".join(lines) + "\n").encode()), ruleset, chunk_size=16 * 1024)
+    tpl = next(t for t in log.templates if "prefetched" in t.text)
+    assert tpl.count == 30 * 64
+    assert tpl.hosts == set(ips)
+    assert tpl.ranks == set(range(64))
+    assert set(log.known_hosts) == set(ips)
+
+
 def test_a_digit_that_makes_a_known_plain_shape_an_error_is_still_diagnosed(ruleset, compress_source):
     """`(errno 11)` is plain, `(errno 12)` is cpp-bad-alloc: same shape, so the shape must not be
     counted blindly."""

@@ -120,3 +120,43 @@ def test_torchrun_failure_summary_maps_its_rank_to_its_host(pipeline):
     d = pipeline.diagnose(_log(*log)).diagnosis
     assert (d.action.kind, d.action.suspect_hosts) == (ActionKind.ISOLATE_AND_RESTART, ["gpu-h100-017"])
     assert "torchrun's failure summary" in d.action.reason
+
+
+MPICH = "MPICH ERROR [Rank {r}] [job id 40341.0] [Tue Dec 12 17:52:24 2023] {unknown}[{host}] - Abort(1) (rank {r} in comm 0)"
+
+
+def test_mpich_abort_report_maps_its_rank_to_its_host(pipeline):
+    log = [f"iteration {i}/ 100 | lm loss: 2.0E+00 |" for i in range(5)] + [
+        ECC.format(r=5),
+        MPICH.format(r=5, unknown="[unknown] ", host="nid001192"),
+        MPICH.format(r=6, unknown="", host="nid001193"),
+    ]
+    d = pipeline.diagnose(_log(*log)).diagnosis
+    assert (d.action.kind, d.action.suspect_ranks, d.action.suspect_hosts) == (
+        ActionKind.ISOLATE_AND_RESTART, [5], ["nid001192"])
+    assert "MPICH's abort report" in d.action.reason
+
+
+NO_RANK_ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+
+
+@pytest.mark.parametrize(("lines", "host"), [
+    # the command's output follows its prompt: that shell runs on the faulty node
+    (["(venv) root@node1:~/kubespray# nvidia-smi", NO_RANK_ECC], "node1"),
+    # a login node's prompt first, then the compute node's: the last prompt before the failure
+    (["wangcui@aha:~$ sinfo", "normal up mix 5-00:00:00 gpu:8 hoth", "wangcui@hoth:~/work$ python train.py",
+      NO_RANK_ECC, "wangcui@aha:~$ exit"], "hoth"),
+    (["zeyer@cn-234 ~ % nvidia-smi", "zeyer@cn-234 ~ % python train.py", NO_RANK_ECC], "cn-234"),
+    # prompts of two hosts folded into one template: which one ran last before the failure is unseen
+    ([f"root@node{h}:~# nvidia-smi" for h in (1, 2, 1)] + [NO_RANK_ECC, "root@node2:~# nvidia-smi"], None),
+    # ... but the last line of such a template is kept: seen before the failure, it names the host
+    ([f"root@node{h}:~# nvidia-smi" for h in (1, 2, 1, 2)] + [NO_RANK_ECC], "node2"),
+    # no prompt before the failure
+    ([NO_RANK_ECC, "root@node1:~# exit"], None),
+])
+def test_a_failure_printed_in_a_shell_session_names_the_prompt_host(pipeline, lines, host):
+    d = pipeline.diagnose(_log(*lines)).diagnosis
+    assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
+    assert d.action.suspect_hosts == ([host] if host else [])
+    if host:
+        assert "shell session" in d.action.reason

@@ -1,0 +1,99 @@
+"""The host of a line is read only where the line's format says the line comes from that host:
+launcher prefixes, NCCL's host field, shell prompts, syslog. Addresses inside a message are not
+the line's host."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.fields import extract_host, host_match, mpich_abort, prompt_host
+from app.core.keptshapes import field_ranges
+
+
+@pytest.mark.parametrize(("line", "host"), [
+    # pdsh / DeepSpeed's multi-node runner (`deepspeed --hostfile` with IP hostfile entries)
+    ("10.0.0.15: [rank37]:RuntimeError: CUDA error: an illegal memory access was encountered", "10.0.0.15"),
+    ("172.17.0.3: mchorse@172.17.0.3: Permission denied (publickey,password).", "172.17.0.3"),
+    ("34.16.214.62: I0515 20:03:26.569316  343449 flash_attention.cc:1908] successfully finished dry run",
+     "34.16.214.62"),
+    ("node-004: RuntimeError: CUDA error: an illegal memory access was encountered", "node-004"),
+    # the pdsh prefix names the line's host even when NCCL's own host field follows
+    ("10.0.0.15: [rank37]:node-004:30037:30037 [5] NCCL INFO Connected all rings", "10.0.0.15"),
+    # pdsh's own report about a remote host
+    ("pdsh@node-000: 10.0.0.15: ssh exited with exit code 1", "10.0.0.15"),
+    ("pdsh@6dca91c32bfd: 172.17.0.2: ssh exited with exit code 255", "172.17.0.2"),
+    # NCCL's host behind mpirun --tag-output (and a collector's ISO timestamp)
+    ("[1,4]<stdout>:gpu7:4105:4372 [0] include/socket.h:318 NCCL WARN Net : Socket creation failed",
+     "gpu7"),
+    ("2019-06-02T16:13:44.884Z: [1,12]<stdout>:container-e275-1553839402050-12124-01-000057:815:864 [0] "
+     "transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error",
+     "container-e275-1553839402050-12124-01-000057"),
+    ("[1,3]<stdout>:smc-gpu-03:29881:30401 [0] NCCL INFO init.cc:903 -> 5", "smc-gpu-03"),
+    ("[rank3]:node-1:12:13 [0] NCCL WARN Cuda failure 'out of memory'", "node-1"),
+    # shell prompts (bash, a virtualenv's prefix, zsh, RHEL's bracketed form)
+    ("(venv) root@node1:~/kubespray# nvidia-smi ", "node1"),
+    ("(htranstrack) wangcui@hoth:~/shared/STGTrack/H-TransTrack_test2$ nvidia-smi", "hoth"),
+    ("zeyer@cn-234 ~ % nvidia-smi", "cn-234"),
+    ("[alice@gpu-3 ~]$ dmesg -T | grep Xid", "gpu-3"),
+    ("root@node1:~# dmesg -T | grep NVRM", "node1"),
+    # Ray's prefix on a task's or actor's output relayed to the driver
+    ("(RayTrainWorker pid=364, ip=10.0.0.218) Setting up process group for: env:// [rank=0, world_size=12]",
+     "10.0.0.218"),
+    ("(LLMRayActor pid=90738, ip=172.19.24.110) mlx5: host_unknown: got completion with error:", "172.19.24.110"),
+    ("(pid=1191773, ip=10.244.4.193) hello there", "10.244.4.193"),
+    # Cray MPICH's abort report (behind an `srun --label` task id, with `[unknown]` on some versions)
+    ("2047: MPICH ERROR [Rank 2047] [job id 57638547.0] [Fri Aug 28 22:45:13 2026] [nid004069] - Abort(1) "
+     "(rank 2047 in comm 432): application called MPI_Abort(comm=0xC4000001, 1) - process 2047", "nid004069"),
+    ("MPICH ERROR [Rank 1534] [job id 114930.0] [Mon Feb 15 14:58:48 2021] [unknown] [nid001192] - "
+     "Abort(672797967) (rank 1534 in comm 0): Fatal error in PMPI_Isend: Other MPI error, error stack:", "nid001192"),
+])
+def test_a_prefix_that_names_the_host_of_the_line(line, host):
+    m = host_match(line)
+    assert m is not None and m.group(1) == host
+    assert line[m.start(1):m.end(1)] == host  # group 1 is the host's span in the line
+
+
+@pytest.mark.parametrize("line", [
+    "connect to 10.1.2.3:29500 failed: Connection refused",
+    "MASTER_ADDR=10.0.0.1 MASTER_PORT=29500",
+    "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (10.0.0.1:29500)",
+    "NET/IB : Got completion from peer 10.226.98.98<48598> with error 12, opcode 0, len 0, vendor err 129",
+    "(RayTrainWorker pid=17770) Setting up process group for: env:// [rank=0, world_size=16]",  # the driver's node
+    "worker (pid=42, ip=10.0.0.5) exited",  # not the prefix
+    "10.0.0.15:29500: connection timed out",  # an address with its port, not a prefix
+    "0: RuntimeError: CUDA error: an illegal memory access was encountered",  # srun --label task id
+    "12: [rank12]: torch.distributed.DistBackendError: NCCL error",
+    "1.2.3: released",
+    "2.20.5: NCCL version",
+    "300.1.2.3: not an address",
+    "Cloning into 'repo'... git@github.com: Permission denied (publickey).",
+    "john@example.com wrote 50% of the report",
+    "mchorse@172.17.0.2: Permission denied (publickey,password).",
+    "MPICH ERROR [Rank 0] - Abort(1): Internal error",
+])
+def test_an_address_or_label_that_does_not_name_the_line_host(line):
+    assert extract_host(line) is None
+
+
+def test_a_peer_address_in_an_nccl_line_is_not_its_host():
+    line = ("PHLRR4036:24141:24296 [2] ib_plugin.c:978 NCCL WARN NET/IB : Got completion from peer "
+            "10.226.98.98<48598> with error 12, opcode 0, len 0, vendor err 129")
+    assert extract_host(line) == "PHLRR4036"
+
+
+def test_a_host_that_starts_with_a_digit_is_not_read_at_a_learned_position():
+    """Kept shapes read a host back from the byte before its first digit run (its first letter);
+    an IP has none, so its shape is left to the per-line path, which reads the host itself."""
+    line = "10.0.0.15: [rank37]: dataloader worker 3 prefetched 12 batches"
+    assert field_ranges(line.encode(), line, None, host_match(line)) is None
+    named = "node-04: [rank37]: dataloader worker 3 prefetched 12 batches"
+    assert field_ranges(named.encode(), named, None, host_match(named)) is not None
+
+
+def test_rank_and_host_of_an_mpich_abort_and_the_host_of_a_prompt():
+    assert mpich_abort("MPICH ERROR [Rank 5] [job id 40341.0] [Tue Dec 12 17:52:24 2023] [nid001097] - "
+                       "Abort(404347151) (rank 5 in comm 0): Fatal error in PMPI_Send") == (5, "nid001097")
+    assert mpich_abort("MPICH ERROR [Rank 0] - Abort(1): Internal error") is None
+    assert prompt_host("[alice@gpu-3 ~]$ nvidia-smi") == "gpu-3"
+    assert prompt_host("alice@gpu-3 wrote: see the log") is None
+    assert prompt_host("10.0.0.15: root@node1:~# ls") is None  # behind a pdsh prefix: the prefix names it
