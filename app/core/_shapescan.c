@@ -43,6 +43,8 @@ typedef struct {
     size_t text_len, text_cap;
     int64_t text_line;
     int32_t lo1, hi1, lo2, hi2; /* shape-position ranges of the variant fields (lo > hi: none) */
+    int32_t hdigit; /* the host starts with a digit (an address): at its first digit run, not at
+                       the letter before lo2 */
     uint32_t *ranks; /* the ranks and host ids seen on its lines (at most max_members each) */
     uint32_t *hosts;
     uint32_t nranks, capranks, nhosts, caphosts;
@@ -428,12 +430,12 @@ static PyObject *ShapeTable_add_prefix(ShapeTable *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* add_keep(line, lo1, hi1, lo2, hi2) -> slot id: the line's shape is kept and counted here; the
+/* add_keep(line, lo1, hi1, lo2, hi2, host_digit=0) -> slot id: the line's shape is kept and counted here; the
  * line's own variant is remembered (Python has just processed it). */
 static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
     Py_buffer line;
-    int lo1, hi1, lo2, hi2;
-    if (!PyArg_ParseTuple(args, "y*iiii", &line, &lo1, &hi1, &lo2, &hi2)) return NULL;
+    int lo1, hi1, lo2, hi2, hdigit = 0;
+    if (!PyArg_ParseTuple(args, "y*iiii|i", &line, &lo1, &hi1, &lo2, &hi2, &hdigit)) return NULL;
     const unsigned char *p = line.buf, *end = p + line.len;
     if (self->nkeep > KEEP_MASK) {
         PyBuffer_Release(&line);
@@ -466,6 +468,7 @@ static PyObject *ShapeTable_add_keep(ShapeTable *self, PyObject *args) {
     ks->hi1 = hi1;
     ks->lo2 = lo2;
     ks->hi2 = hi2;
+    ks->hdigit = hdigit ? 1 : 0;
     uint64_t key = shape_hash(p, end);
     int r = variants_insert(self, variant_hash(ks, slot, p, end));
     PyBuffer_Release(&line);
@@ -643,6 +646,7 @@ static void field_values(const KeepSlot *ks, const unsigned char *p, const unsig
     const unsigned char *start = p;
     int32_t maxhi = ks->hi1 > ks->hi2 ? ks->hi1 : ks->hi2;
     int has_host = ks->lo2 <= ks->hi2;
+    Py_ssize_t first = ks->hdigit ? ks->lo2 : ks->lo2 - 1; /* shape position of the host's first byte */
     Py_ssize_t pos = 0, digits = 0, ha = -1, hb = -1;
     *rank = -1;
     while (p < end) {
@@ -658,7 +662,7 @@ static void field_values(const KeepSlot *ks, const unsigned char *p, const unsig
             q++;
         }
         if (has_host) {
-            if (ha < 0 && pos > ks->lo2 - 1) ha = ks->lo2 - 1 + digits;
+            if (ha < 0 && pos > first - ks->hdigit) ha = first + digits;
             if (hb < 0 && pos > ks->hi2) hb = ks->hi2 + digits;
         }
         if (pos >= ks->lo1 && pos <= ks->hi1) *rank = (q - p) <= 9 ? (Py_ssize_t)value : -1;
@@ -668,7 +672,7 @@ static void field_values(const KeepSlot *ks, const unsigned char *p, const unsig
     }
     if (has_host) {
         Py_ssize_t len = end - start;
-        if (ha < 0) ha = ks->lo2 - 1 + digits;
+        if (ha < 0) ha = first + digits;
         if (hb < 0) hb = ks->hi2 + digits;
         if (ha > len) ha = len;
         if (hb > len) hb = len;
@@ -1001,7 +1005,7 @@ static PyMethodDef ShapeTable_methods[] = {
      "scan_from(chunk, start, idx0, line0, sample_every, n_extract0, max_survivors) -> "
      "(end_index, end_offset, survivors, samples, last_progress_lines, n_extract)"},
     {"add_keep", (PyCFunction)ShapeTable_add_keep, METH_VARARGS,
-     "add_keep(line, lo1, hi1, lo2, hi2) -> slot: count the line's shape here (a kept template)"},
+     "add_keep(line, lo1, hi1, lo2, hi2, host_digit=0) -> slot: count the line's shape here (a kept template)"},
     {"probe_keep", (PyCFunction)ShapeTable_probe_keep, METH_VARARGS,
      "probe_keep(line, line_no) -> -1 not kept, 0 counted here"},
     {"keep_counts", (PyCFunction)ShapeTable_keep_counts, METH_NOARGS, "[(count, last_line)] per kept slot"},

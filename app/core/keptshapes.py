@@ -28,7 +28,8 @@ MAX_VARIANTS = 1 << 18  # the same cap as MAX_VARIANTS in _shapescan.c: past it,
 NO_FIELD = (0, -1)  # an empty shape-position range
 _DIGIT_RUN = re.compile(rb"[0-9]+")
 
-Fields = tuple[int, int, int, int]  # (rank lo, rank hi, host lo, host hi), inclusive ranges
+# (rank lo, rank hi, host lo, host hi, host starts with a digit): inclusive shape-position ranges
+Fields = tuple[int, int, int, int, int]
 
 
 _QUANT = re.compile(r"(?:[?*+]|\{\d*,?\d*\})[?+]?")
@@ -145,12 +146,9 @@ def _shape_pos(raw: bytes, offset: int) -> int:
 
 def field_ranges(raw: bytes, text: str, rank_m: regex.Match | None, host_m: regex.Match | None) -> Fields | None:
     """Shape-position ranges of the rank and host fields of this line, or None when character
-    offsets of `text` cannot be mapped to bytes of `raw` (not valid UTF-8) or the host starts
-    with a digit (`10.0.0.15: ` from pdsh): a host is read back from the byte of the shape
-    position before its first digit run (its first letter, in both loops), and an IP has none,
-    so the lines of such a shape take the full path, which reads each line's host itself."""
-    if host_m is not None and host_m.group(1)[:1].isdigit():
-        return None
+    offsets of `text` cannot be mapped to bytes of `raw` (not valid UTF-8). A host is read back
+    from the byte of the shape position before its first digit run (its first letter), or, for
+    a host that starts with a digit (`10.0.0.15: ` from pdsh), from its first digit run."""
     if raw.isascii():
         def offset(k: int) -> int:
             return k
@@ -165,15 +163,19 @@ def field_ranges(raw: bytes, text: str, rank_m: regex.Match | None, host_m: rege
         pos = _shape_pos(raw, offset(rank_m.start(1)))
         rank = (pos, pos)
     host = NO_FIELD
+    digit_start = 0
     if host_m is not None:
-        # the host starts with a letter: digits right before it are not part of it
-        host = (_shape_pos(raw, offset(host_m.start(1))) + 1, _shape_pos(raw, offset(host_m.end(1))))
-    return (*rank, *host)
+        start, end = _shape_pos(raw, offset(host_m.start(1))), _shape_pos(raw, offset(host_m.end(1)))
+        if host_m.group(1)[:1].isdigit():  # an address: its first digit run starts it
+            host, digit_start = (start, end), 1
+        else:  # a name starts with a letter: digits right before it are not part of it
+            host = (start + 1, end)
+    return (*rank, *host, digit_start)
 
 
 def variant_key(raw: bytes, fields: Fields) -> tuple:
     """The digit runs of the field ranges, with their shape positions (the C loop hashes the same)."""
-    lo1, hi1, lo2, hi2 = fields
+    lo1, hi1, lo2, hi2, _ = fields
     top = max(hi1, hi2)
     if top < 0:
         return ()
@@ -191,15 +193,16 @@ def variant_key(raw: bytes, fields: Fields) -> tuple:
 
 def field_values(raw: bytes, fields: Fields) -> tuple[int | None, str | None]:
     """The rank and host of a line of a kept slot, read at the slot's shape positions."""
-    lo1, hi1, lo2, hi2 = fields
+    lo1, hi1, lo2, hi2, digit_start = fields
+    first = lo2 if digit_start else lo2 - 1  # shape position of the host's first byte
     rank = None
     host_start = host_end = None
     digits = 0  # digit bytes before the current shape position
     for m in _DIGIT_RUN.finditer(raw):
         pos = m.start() - digits
         if lo2 <= hi2:
-            if host_start is None and pos > lo2 - 1:
-                host_start = lo2 - 1 + digits
+            if host_start is None and pos > first - digit_start:
+                host_start = first + digits
             if host_end is None and pos > hi2:
                 host_end = hi2 + digits
         if lo1 <= pos <= hi1:
@@ -209,7 +212,7 @@ def field_values(raw: bytes, fields: Fields) -> tuple[int | None, str | None]:
             break
     host = None
     if lo2 <= hi2:
-        start = lo2 - 1 + digits if host_start is None else host_start
+        start = first + digits if host_start is None else host_start
         end = hi2 + digits if host_end is None else host_end
         host = raw[start:end].decode("utf-8", "replace")
     return rank, host

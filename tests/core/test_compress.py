@@ -287,7 +287,7 @@ def test_c_loop_counts_kept_shapes_and_resumes_after_a_batch():
     table = ShapeTable(1)
     line = b"node-01: [rank3]: plain 7"
     fields = field_ranges(line, line.decode(), rank_match(line.decode()), host_match(line.decode()))
-    assert fields == (12, 12, 1, 5)  # rank digits after 12 non-digits; host digits after 1..5
+    assert fields == (12, 12, 1, 5, 0)  # rank digits after 12 non-digits; host digits after 1..5
     slot = table.add_keep(line, *fields)
     assert slot == 0 and not table.has(line)
     chunk = b"\n".join([b"node-01: [rank3]: plain 9", b"node-02: [rank3]: plain 1", b"new a", b"new b",
@@ -308,7 +308,7 @@ def test_c_loop_counts_kept_shapes_and_resumes_after_a_batch():
 
 
 def test_variant_key_and_relaxed_digits():
-    fields = (12, 12, 1, 5)
+    fields = (12, 12, 1, 5, 0)
     assert variant_key(b"node-01: [rank3]: plain 7", fields) == variant_key(b"node-01: [rank3]: plain 9", fields)
     assert variant_key(b"node-01: [rank3]: plain 7", fields) != variant_key(b"node-01: [rank31]: plain 7", fields)
     assert variant_key(b"node-01: [rank3]: plain 7", fields) != variant_key(b"node-11: [rank3]: plain 7", fields)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.fields import extract_host, host_match, mpich_abort, prompt_host
+from app.core.fields import extract_host, host_match, mpich_abort, prompt_host, rank_match
 from app.core.keptshapes import field_ranges
 
 
@@ -81,13 +81,23 @@ def test_a_peer_address_in_an_nccl_line_is_not_its_host():
     assert extract_host(line) == "PHLRR4036"
 
 
-def test_a_host_that_starts_with_a_digit_is_not_read_at_a_learned_position():
-    """Kept shapes read a host back from the byte before its first digit run (its first letter);
-    an IP has none, so its shape is left to the per-line path, which reads the host itself."""
+def test_a_host_that_starts_with_a_digit_is_read_from_its_first_digit_run():
+    """Kept shapes read a host back at a learned shape position: a name from the byte before its
+    first digit run (its first letter), an address (no letter) from its first digit run; both
+    loops read every line's own host that way."""
+    from app.core.keptshapes import field_values
+
     line = "10.0.0.15: [rank37]: dataloader worker 3 prefetched 12 batches"
-    assert field_ranges(line.encode(), line, None, host_match(line)) is None
+    fields = field_ranges(line.encode(), line, rank_match(line), host_match(line))
+    assert fields is not None and fields[-1] == 1
+    for other, host, rank in (("10.0.0.15: [rank37]: dataloader worker 4 prefetched 99 batches", "10.0.0.15", 37),
+                              ("192.168.100.7: [rank5]: dataloader worker 0 prefetched 1 batches", "192.168.100.7", 5),
+                              ("1.2.3.4: [rank123]: dataloader worker 7 prefetched 0 batches", "1.2.3.4", 123)):
+        assert field_values(other.encode(), fields) == (rank, host)
     named = "node-04: [rank37]: dataloader worker 3 prefetched 12 batches"
-    assert field_ranges(named.encode(), named, None, host_match(named)) is not None
+    fields = field_ranges(named.encode(), named, rank_match(named), host_match(named))
+    assert fields[-1] == 0
+    assert field_values(b"node-117: [rank2]: dataloader worker 3 prefetched 12 batches", fields) == (2, "node-117")
 
 
 def test_rank_and_host_of_an_mpich_abort_and_the_host_of_a_prompt():
