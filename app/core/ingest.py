@@ -144,7 +144,7 @@ class _ZstdReader:
 class _Decoder:
     """Wrap a raw stream with the right decompressor; read() never raises on corrupt data."""
 
-    PIECE = 256 * 1024  # decompressed bytes per read: a corrupt tail loses at most this much
+    PIECE = 1024 * 1024  # decompressed bytes per read: a corrupt tail loses at most this much
     GZIP_READ = 16 * 1024  # compressed bytes per read of the gzip decoder (see _Prefixed.max_read)
 
     def __init__(self, raw: BinaryIO, report: IngestReport) -> None:
