@@ -6,5 +6,5 @@ pure-Python scan loop (same results, slower).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("app.core._shapescan", ["app/core/_shapescan.c"], optional=True,
-                             extra_compile_args=["-O3"])])
+setup(ext_modules=[Extension("app.core._shapescan", ["app/core/_shapescan.c"], depends=["app/core/_shapehash.h"],
+                             optional=True, extra_compile_args=["-O3"])])

@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_shapehash.h"
+
 #define FLAG_EXTRACT 0x10000
 #define FLAG_PROGRESS 0x20000
 #define FLAG_PREFIX 0x40000 /* a \r segment that is only a launcher prefix: no shape of its own */
@@ -86,15 +88,6 @@ typedef struct {
 
 static int record_variant(ShapeTable *t, size_t slot, const unsigned char *p, const unsigned char *end);
 
-static inline uint64_t mix64(uint64_t h) {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
 /* 1: the key was new and is now in the set, 0: already there, -1: no memory. `ids`, when given, is
  * an array kept parallel to the keys (grown and rehashed with them). */
 static int set_insert_at(U64Set *set, uint64_t key, uint32_t **ids, size_t *where) {
@@ -137,108 +130,6 @@ static int set_insert_at(U64Set *set, uint64_t key, uint32_t **ids, size_t *wher
 }
 
 static inline int set_insert(U64Set *set, uint64_t key) { return set_insert_at(set, key, NULL, NULL); }
-
-/* Hash of the line with digits deleted. Bytes are compacted (digits skipped) into a small buffer
- * that is hashed 8 bytes at a time; the partial word left at the end of a block is carried into
- * the next block, so the hash depends only on the digit-deleted bytes, not on where blocks end.
- * Compaction is 16 bytes per step with SSSE3 (a digit mask, then a byte shuffle per 8-byte half
- * from a 256-entry table), else one byte per step, branch-free (the digits of metric lines are
- * random, so a branch would mispredict). Both give the same buffer, hence the same hash. */
-#define BLOCK 256
-
-static inline size_t compact_scalar(const unsigned char *p, size_t n, unsigned char *out) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = p[i];
-        out[k] = c;
-        k += (unsigned)(c - '0') >= 10u;
-    }
-    return k;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define HAVE_SIMD_COMPACT 1
-static uint64_t shuffle_lut[256]; /* non-digit bit mask of 8 bytes -> pshufb indices packing them */
-static unsigned char popcount_lut[256];
-static int use_simd = 0;
-
-static void init_simd(void) {
-    for (int m = 0; m < 256; m++) {
-        uint64_t idx = 0;
-        int k = 0;
-        for (int i = 0; i < 8; i++)
-            if (m & (1 << i)) idx |= (uint64_t)i << (8 * k++);
-        for (int j = k; j < 8; j++) idx |= (uint64_t)0x80 << (8 * j); /* zero the unused bytes */
-        shuffle_lut[m] = idx;
-        popcount_lut[m] = (unsigned char)k;
-    }
-    __builtin_cpu_init();
-    use_simd = __builtin_cpu_supports("ssse3");
-}
-
-/* `out` must have room for n + 16 bytes (whole 8-byte stores past the compacted end) */
-__attribute__((target("ssse3"))) static size_t compact_simd(const unsigned char *p, size_t n,
-                                                            unsigned char *out) {
-    const __m128i zero_ch = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9);
-    size_t k = 0, i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
-        __m128i x = _mm_sub_epi8(v, zero_ch);
-        __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(x, nine), x);
-        unsigned keep = ~(unsigned)_mm_movemask_epi8(digit) & 0xFFFFu;
-        if (keep == 0xFFFFu) { /* no digit: the common case in text */
-            _mm_storeu_si128((__m128i *)(out + k), v);
-            k += 16;
-            continue;
-        }
-        unsigned lo = keep & 0xFF, hi = keep >> 8;
-        /* the high half's indices are 8 more (an unused 0x80 entry becomes 0x88: still zeroed) */
-        __m128i shuf = _mm_set_epi64x((long long)(shuffle_lut[hi] + 0x0808080808080808ULL),
-                                      (long long)shuffle_lut[lo]);
-        __m128i c = _mm_shuffle_epi8(v, shuf);
-        _mm_storel_epi64((__m128i *)(out + k), c);
-        k += popcount_lut[lo];
-        _mm_storel_epi64((__m128i *)(out + k), _mm_unpackhi_epi64(c, c));
-        k += popcount_lut[hi];
-    }
-    return k + compact_scalar(p + i, n - i, out + k);
-}
-#endif
-
-static inline size_t compact(const unsigned char *p, size_t n, unsigned char *out) {
-#ifdef HAVE_SIMD_COMPACT
-    if (use_simd) return compact_simd(p, n, out);
-#endif
-    return compact_scalar(p, n, out);
-}
-
-static inline uint64_t shape_hash(const unsigned char *p, const unsigned char *end) {
-    unsigned char tmp[BLOCK + 32];
-    uint64_t h = 0x9E3779B97F4A7C15ULL;
-    size_t carry = 0, total = 0;
-    while (p < end) {
-        size_t n = (size_t)(end - p);
-        if (n > BLOCK) n = BLOCK;
-        size_t k = carry + compact(p, n, tmp + carry);
-        p += n;
-        size_t full = k & ~(size_t)7;
-        for (size_t i = 0; i < full; i += 8) {
-            uint64_t w;
-            memcpy(&w, tmp + i, 8);
-            h = (h ^ w) * 0x100000001B3ULL;
-            h ^= h >> 29;
-        }
-        total += full;
-        carry = k - full;
-        memmove(tmp, tmp + full, carry);
-    }
-    uint64_t w = 0;
-    memcpy(&w, tmp, carry);
-    h = (h ^ w ^ ((uint64_t)carry << 56)) * 0x100000001B3ULL;
-    h = mix64(h ^ (total + carry));
-    return h ? h : 1;
-}
 
 static int table_grow(ShapeTable *t) {
     size_t ncap = t->cap ? t->cap * 2 : 1024;
