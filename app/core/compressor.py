@@ -499,7 +499,7 @@ class Compressor:
             return
         if not countable or len(self._fast) >= MAX_SHAPE_CACHE or len(raw) > self.line_cap:
             return
-        if text[:1] in (" ", "\t"):  # torchrun's summary box: RankHosts reads these in sequence
+        if RankHosts.is_summary_line(text):  # torchrun's summary box: RankHosts reads these in sequence
             self._never_fast.add(shape)
             return
         fields = field_ranges(raw, text, rank_m, host_m)

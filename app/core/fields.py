@@ -44,6 +44,11 @@ _MPICH_ABORT_RE = regex.compile(
     r"\[(?P<host>" + _PROMPT_HOST + r")\]")
 # the same, with the host as group 1 like every host pattern
 _MPICH_HOST_RE = regex.compile(_MPICH_ABORT_RE.pattern.replace("(?P<rank>", "(?:").replace("(?P<host>", "("))
+# what a launcher puts before a line's own text: a host label (pdsh, DeepSpeed's runner, srun's
+# task id `0: `) and tags (`[rank3]:`, `[default3]:`, mpirun's `[1,4]<stdout>:`)
+_LAUNCHER_PREFIX_RE = regex.compile(
+    r"^(?:" + _PREFIX_HOST + r":\s|\d{1,5}:\s)?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
+    r"|\[(?:rank|Rank|RANK)\s?\d+\]:)?")
 _HOST_RES = [
     # syslog / journald: "Jul 14 03:12:55 node-12 kernel: ..."
     regex.compile(r"^[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
@@ -125,3 +130,11 @@ def extract_time(text: str) -> str | None:
 def fold_key(text: str) -> str:
     """The template of a line: numbers and hex masked, so repeats across ranks/steps collapse."""
     return _NUM_RE.sub("0", _HEX_RE.sub("<hex>", text))
+
+
+def split_launcher_prefix(text: str) -> tuple[str, str]:
+    """(prefix, rest): the launcher's per-line prefix (`10.0.0.15: `, `node-3: [rank3]:`, `0: `)
+    and the program's own text after it (the prefix is "" when there is none)."""
+    m = _LAUNCHER_PREFIX_RE.match(text)
+    end = m.end() if m else 0
+    return text[:end], text[end:]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import regex
 
-from app.core.fields import mpich_abort, prompt_host
+from app.core.fields import mpich_abort, prompt_host, split_launcher_prefix
 from app.core.types import Action, ActionKind
 
 NO_HOST = "No host can be named"  # starts the note of an isolate whose node the probe must find
@@ -65,7 +65,7 @@ class RankHosts:
     hosts: dict[int, str] = field(default_factory=dict)
     budget: int = field(default_factory=lambda: SCAN_BYTES)  # bytes still to scan (the start of the log)
     summary: dict[int, str] = field(default_factory=dict)  # from failure reports (torchrun, MPICH)
-    _summary_host: str | None = None
+    _summary_host: dict[str, str] = field(default_factory=dict)  # launcher prefix -> last `host :`
 
     def scan(self, buf: bytes | bytearray, length: int) -> None:
         if self.budget <= 0:
@@ -96,22 +96,32 @@ class RankHosts:
             self.summary.setdefault(rank, host)
 
     def note_kept_line(self, text: str) -> None:
-        """torchrun's failure summary: a `host :` line, then the `rank :` of that process; an
-        MPICH abort report."""
-        if text[:1] not in (" ", "\t"):
+        """torchrun's failure summary: a `host :` line, then the `rank :` of that process (also
+        behind a launcher's prefix: then the two lines pair up by prefix, as hosts' output
+        interleaves); an MPICH abort report."""
+        prefix, own = split_launcher_prefix(text)
+        if own[:1] not in (" ", "\t"):
             pair = mpich_abort(text)
             if pair and len(self.summary) < MAX_RANKS:
                 self.summary.setdefault(*pair)
-            self._summary_host = None
+            self._summary_host.pop(prefix, None)
             return
-        m = _SUMMARY_HOST.match(text)
+        m = _SUMMARY_HOST.match(own)
         if m:
-            self._summary_host = m.group(1)
+            if len(self._summary_host) < MAX_RANKS:
+                self._summary_host[prefix] = m.group(1)
             return
-        m = _SUMMARY_RANK.match(text)
-        if m and self._summary_host and len(self.summary) < MAX_RANKS:
-            self.summary.setdefault(int(m.group(1)), self._summary_host)
-        self._summary_host = None
+        m = _SUMMARY_RANK.match(own)
+        host = self._summary_host.pop(prefix, None)
+        if m and host and len(self.summary) < MAX_RANKS:
+            self.summary.setdefault(int(m.group(1)), host)
+
+    @staticmethod
+    def is_summary_line(text: str) -> bool:
+        """A `host :` or `rank :` line of torchrun's failure summary (maybe behind a launcher's
+        prefix): note_kept_line must see every such line, in order."""
+        own = split_launcher_prefix(text)[1]
+        return own[:1] in (" ", "\t") and bool(_SUMMARY_HOST.match(own) or _SUMMARY_RANK.match(own))
 
     def mapping(self) -> dict[int, str]:
         """rank -> host: NCCL's world communicator first, failure reports for other ranks."""

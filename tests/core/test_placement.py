@@ -122,6 +122,20 @@ def test_torchrun_failure_summary_maps_its_rank_to_its_host(pipeline):
     assert "torchrun's failure summary" in d.action.reason
 
 
+def test_rank_hosts_read_torchrun_summaries_behind_launcher_prefixes_per_host():
+    """pdsh prefixes every line with the node; two nodes' summary boxes interleave line by line,
+    and each `rank :` pairs with the `host :` of its own prefix (the kept-line path sees every
+    summary line: such shapes are never counted blindly)."""
+    hosts = RankHosts()
+    for line in ["10.0.0.15:   host      : node-004", "10.0.0.16:   host      : node-005",
+                 "10.0.0.16:   rank      : 44 (local_rank: 4)", "10.0.0.15:   rank      : 37 (local_rank: 5)",
+                 "10.0.0.17:   rank      : 50 (local_rank: 2)"]:
+        assert RankHosts.is_summary_line(line)
+        hosts.note_kept_line(line)
+    assert hosts.summary == {37: "node-004", 44: "node-005"}
+    assert not RankHosts.is_summary_line("10.0.0.15: [rank37]:  File \"train.py\", line 3, in <module>")
+
+
 MPICH = "MPICH ERROR [Rank {r}] [job id 40341.0] [Tue Dec 12 17:52:24 2023] {unknown}[{host}] - Abort(1) (rank {r} in comm 0)"
 
 
