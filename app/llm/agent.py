@@ -386,7 +386,8 @@ class FailureAgent:
                        gpu=next(iter(sorted(getattr(event, "gpus", ()) or ())), None) if event is not None else None,
                        xid=next(iter(sorted(getattr(event, "xids", ()) or ())), None) if event is not None else None)
         co = _co_occurring_after_switch(original, event, result)
-        action = _named(self._action(v.error_type, category, rc.confidence, event, v.action, "the LLM"), result)
+        action = _named(self._action(v.error_type, category, rc.confidence, event, v.action, "the LLM"), result,
+                        event.first_line if event is not None else None)
         notes.append(f"llm ({v.model}, {v.prompt_ref}, {v.mode}) chose {v.choice} -> {v.error_type.value} "
                      f"with confidence {v.confidence:.2f}; "
                      + ("agrees with the rules" if same else
@@ -406,7 +407,7 @@ class FailureAgent:
                                     f"of {ev.error_type.value} (rules {rules}; similarity "
                                     f"{max(m.similarity for m in ev.support):.2f})."))
         action = _named(self._action(ev.error_type, ev.category, confidence, None, None, "example retrieval"),
-                        result)
+                        result, ev.line)
         notes.append(f"example retrieval: {ev.error_type.value} (confidence {ev.confidence:.2f}) from line "
                      f"{ev.line}, nearest rules {rules}")
         return original.model_copy(update={"root_cause": rc, "action": action, "decided_by": DecidedBy.RETRIEVAL,
@@ -423,20 +424,26 @@ class FailureAgent:
                        explanation=f"Similar labelled failures agree on {rv.error_type.value}: {ids}.")
         co = _co_occurring_after_switch(original, event, result) if event is not None else original.co_occurring
         action = _named(self._action(rv.error_type, rv.category, rc.confidence, event, rv.action,
-                                     "similar past cases"), result)
+                                     "similar past cases"), result,
+                        event.first_line if event is not None else None)
         notes.append(f"retrieval vote: {rv.error_type.value} (confidence {rv.confidence:.2f}) from {ids}; "
                      f"rules had {original.root_cause.error_type.value} ({original.root_cause.confidence:.2f})")
         return original.model_copy(update={"root_cause": rc, "co_occurring": co, "action": action,
                                            "decided_by": DecidedBy.RETRIEVAL, "notes": [*original.notes, *notes]})
 
 
-def _named(action: Action, result: Any) -> Action:
+def _named(action: Action, result: Any, line: int | None = None) -> Action:
     """The hosts of an isolate action, as the pipeline names them (or a reason saying the node
-    probe must find them)."""
-    from app.core.placement import name_hosts
+    probe must find them): from the ranks it suspects, the registered job, or the shell session
+    the failing `line` was printed in."""
+    from app.core.placement import name_hosts, session_host
 
-    return name_hosts(action, rank_hosts=getattr(result.compressed, "rank_hosts", {}) or {},
-                      job=getattr(result, "job", None))
+    compressed = getattr(result, "compressed", None)
+    session = None
+    if line is not None and compressed is not None:
+        session = session_host(getattr(compressed, "templates", []) or [], line)
+    return name_hosts(action, rank_hosts=getattr(compressed, "rank_hosts", {}) or {},
+                      job=getattr(result, "job", None), session=session)
 
 
 def _cited_in(text: str) -> list[str]:
