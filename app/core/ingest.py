@@ -169,6 +169,10 @@ class _Decoder:
         return self._raw_in.consumed
 
     @property
+    def encoding(self) -> str:
+        return self._report.encoding
+
+    @property
     def done(self) -> bool:
         """The stream ended (or failed: a warning says so); reads return nothing more."""
         return self._done

@@ -21,13 +21,15 @@ from app.core.ingest import (
 
 BUFFERS = 3  # one being scanned, one ready, one being filled
 _END = object()
+_LIMIT = object()  # the decoding thread saw a limit crossed (deadline, decompression ratio)
 
 
 class _Filler:
     """The decoding thread: fills free buffers with whole lines."""
 
-    def __init__(self, decoder: _Decoder, chunk_size: int, line_cap: int) -> None:
+    def __init__(self, decoder: _Decoder, chunk_size: int, line_cap: int, limits: Limits | None = None) -> None:
         self.decoder = decoder
+        self.limits = limits
         self.chunk_size = chunk_size
         self.line_cap = line_cap
         self.free: queue.Queue = queue.Queue()
@@ -60,6 +62,10 @@ class _Filler:
             carry = b""
             n = decoder.readinto(view[have:size])
             self.decoded += n
+            if self._limit_crossed():  # checked here too: skipping a cut line delivers nothing
+                self.free.put(buf)
+                self.full.put(_LIMIT)
+                return
             total = have + n
             eof = decoder.done
             if skipping:
@@ -90,6 +96,11 @@ class _Filler:
             self.full.put((buf, nl + 1, self.decoded, decoder.consumed))
         self.full.put(_END)
 
+    def _limit_crossed(self) -> bool:
+        limits = self.limits
+        return limits is not None and (limits.expired() or (
+            self.decoder.encoding != "plain" and limits.ratio_exceeded(self.decoded, self.decoder.consumed)))
+
     def _free_buffer(self) -> bytearray | None:
         """A buffer the scan has handed back, or a new one while fewer than BUFFERS exist (made
         here, not by the scanning thread: zero-filling 8 MiB costs milliseconds of page faults)."""
@@ -109,6 +120,11 @@ class _Filler:
         self.thread.join(timeout=2.0)
 
 
+def _ratio_warning(encoding: str, limits: Limits, decoded: int, consumed: int) -> str:
+    return (f"{encoding} stream expands more than {limits.max_ratio:g}x (LOGDX_MAX_DECOMPRESSION_RATIO): "
+            f"stopped after {decoded} decompressed bytes from {consumed} compressed; this is a partial diagnosis")
+
+
 def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
                          chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP,
                          limits: Limits | None = None,
@@ -121,7 +137,7 @@ def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
     filler = None
     try:
         decoder = _Decoder(raw, report)
-        filler = _Filler(decoder, chunk_size, line_cap)
+        filler = _Filler(decoder, chunk_size, line_cap, limits)
         consumed_seen = 0
         while True:
             if limits is not None and limits.expired():
@@ -129,7 +145,14 @@ def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
                 report.cut_short = True
                 break
             item = filler.full.get()
-            if item is _END:
+            if item is _END:  # (bytes decoded while skipping the rest of a cut line count too)
+                report.bytes_read = filler.decoded
+                break
+            if item is _LIMIT:
+                report.bytes_read = filler.decoded
+                report.cut_short = True
+                report.warnings.append(deadline_warning(filler.decoded) if limits.expired() else _ratio_warning(
+                    report.encoding, limits, filler.decoded, decoder.consumed))
                 break
             if isinstance(item, BaseException):
                 raise item
@@ -140,10 +163,7 @@ def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
                 consumed_seen = consumed
             stop = False
             if limits is not None and report.encoding != "plain" and limits.ratio_exceeded(decoded, consumed):
-                report.warnings.append(
-                    f"{report.encoding} stream expands more than {limits.max_ratio:g}x "
-                    f"(LOGDX_MAX_DECOMPRESSION_RATIO): stopped after {decoded} decompressed "
-                    f"bytes from {consumed} compressed; this is a partial diagnosis")
+                report.warnings.append(_ratio_warning(report.encoding, limits, decoded, consumed))
                 stop = report.cut_short = True
             yield buf, length
             if any(buf is mine for mine in filler.pool):  # (a cut line comes in its own buffer)

@@ -111,3 +111,39 @@ def test_a_log_cut_short_is_not_called_a_hang(tmp_path):
     assert cut.root_cause.error_type == "Unknown"
     assert "before the end" in cut.root_cause.explanation
     assert any("deadline" in n for n in cut.notes)
+
+
+@pytest.mark.parametrize("make", [_zstd_bomb, _gzip_bomb], ids=["zstd", "gzip"])
+@pytest.mark.parametrize("piece", [ZEROS, LINES], ids=["zeros", "lines"])
+def test_decoded_buffers_of_a_bomb_keep_memory_bounded(make, piece):
+    """The compressor's reader (a decoding thread filling reused buffers) under the same bombs."""
+    from app.core.readahead import iter_decoded_buffers
+
+    bomb = make(piece)
+    report = IngestReport()
+    tracemalloc.start()
+    try:
+        total = sum(n for _, n in iter_decoded_buffers(io.BytesIO(bomb), report, chunk_size=CHUNK))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.bytes_read == BOMB_BYTES // len(piece) * len(piece)
+    assert 0 < total <= report.bytes_read  # (zeros are one line: cut at the line cap)
+    assert peak < 16 * CHUNK, f"peak {peak / 2**20:.0f} MiB while decoding a bomb"
+
+
+@pytest.mark.parametrize("make", [_zstd_bomb, _gzip_bomb], ids=["zstd", "gzip"])
+@pytest.mark.parametrize("piece", [ZEROS, LINES], ids=["zeros", "lines"])
+def test_decoded_buffers_stop_a_bomb_at_the_ratio_limit(make, piece):
+    """Also a bomb of one endless line (zeros): nothing is delivered while its rest is skipped,
+    so the decoding thread checks the limits itself."""
+    from app.core.ingest import Limits
+    from app.core.readahead import iter_decoded_buffers
+
+    report = IngestReport()
+    limits = Limits(max_ratio=50, ratio_floor=8 * CHUNK)
+    total = sum(n for _, n in iter_decoded_buffers(io.BytesIO(make(piece)), report, chunk_size=CHUNK,
+                                                   limits=limits))
+    assert 8 * CHUNK < report.bytes_read <= 12 * CHUNK  # the floor, then at most what was decoded ahead
+    assert 0 < total <= report.bytes_read
+    assert report.cut_short and any("expands more than 50x" in w for w in report.warnings)
