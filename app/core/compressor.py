@@ -503,7 +503,8 @@ class Compressor:
             self._never_fast.add(shape)
             return
         fields = field_ranges(raw, text, rank_m, host_m)
-        if fields is None or self._digit_sensitive(text):
+        # a line without digits is the only line of its shape: no other digits can make it an error
+        if fields is None or (len(shape) != len(raw) and self._digit_sensitive(text)):
             self._never_fast.add(shape)
             return
         slot = len(self._slot_tpl)
