@@ -447,8 +447,10 @@ class Compressor:
             self._note_progress(line_no, last_progress)
         if kept:
             self.lines_kept += 1
-        else:
+        elif last_rule is not None:
             self._str_dropped[last_rule] += 1
+        else:  # kept segments only, all past the template cap
+            self.overflow_lines += 1
         return True
 
     def _count_kept(self, slot: int, raw: bytes, line_no: int) -> bool:
