@@ -414,3 +414,60 @@ def test_metric_series_stays_bounded_and_keeps_a_spike():
     assert series[-KEEP_RECENT_POINTS:] == points[-KEEP_RECENT_POINTS:]
     spike = find_loss_spike(series)
     assert spike is not None and spike[1].line == 12_345  # ... found on the thinned series
+
+
+def _mixed_log(seed: int) -> bytes:
+    """A log that exercises every path of the scan loop at once: per-rank metric lines behind
+    pdsh IP prefixes and rank tags, tqdm bars redrawn with \\r (some behind a prefix-only first
+    segment), plain warnings from many ranks/hosts (kept slots and their variants), indented
+    traceback lines, a torchrun summary behind a prefix, CRLF lines, an overlong line, and the
+    error burst."""
+    import random
+
+    rnd = random.Random(seed)
+    out: list[str] = []
+    hosts = [f"10.0.{n // 256}.{n % 256}" for n in range(250, 258)] + [f"node-{n:03d}" for n in range(4)]
+    for step in range(1, 400):
+        for r in rnd.sample(range(48), 6):
+            host = hosts[r % len(hosts)]
+            out.append(f"{host}: [rank{r}]: step: {step}  loss: {rnd.uniform(1, 3):.4f}  memory: 61.80GiB(65.05%)  "
+                       f"tps: {rnd.randrange(3000, 4000):,}  tflops: {rnd.uniform(380, 420):.2f}  mfu: 40.45%")
+        if step % 7 == 0:
+            bar = "".join(f"\r {p:3d}%|{'#' * (p // 10):<10}| {p}/100 [00:{p:02d}<00:10, 5.1it/s]" for p in range(0, 101, 25))
+            prefix = rnd.choice(["", "10.0.0.11: [rank0]:", "[rank3]:"])
+            out.append(prefix + bar)
+        if rnd.random() < 0.3:
+            r = rnd.randrange(48)
+            out.append(f"{hosts[r % len(hosts)]}: [rank{r}]: /opt/lib/module_{rnd.randrange(40)}.py:{rnd.randrange(900)}: "
+                       f"UserWarning: option {rnd.choice(['alpha', 'beta', 'gamma'])} is deprecated")
+        if rnd.random() < 0.05:
+            out.append(f"[rank{rnd.randrange(48)}]:   File \"/opt/lib/x.py\", line {rnd.randrange(900)}, in f")
+        if rnd.random() < 0.03:
+            out.append(f"plain windows line {step}\r")  # CRLF
+    out.append("x" * 70_000)
+    out += ["10.0.0.15:   host      : node-004", "10.0.0.15:   rank      : 37 (local_rank: 5)"]
+    out += ["10.0.0.15: [rank37]: Traceback (most recent call last):",
+            "10.0.0.15: [rank37]: RuntimeError: CUDA error: an illegal memory access was encountered"]
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.skipif(ShapeTable is None, reason="C scan loop not built")
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("chunk_size", [4096, 65536])
+def test_c_and_python_loops_agree_on_a_log_of_every_line_class(ruleset, seed, chunk_size):
+    data = _mixed_log(seed)
+    fast, pure = (_compress_source(io.BytesIO(data), ruleset, chunk_size=chunk_size, use_c=c) for c in (True, False))
+    assert fast.stats.model_dump() == pure.stats.model_dump()
+    assert fast.text == pure.text
+    key = lambda t: (t.first_line, t.text)  # noqa: E731
+    assert [(t.count, t.last_line, sorted(t.ranks), sorted(t.hosts)) for t in sorted(fast.templates, key=key)] == \
+        [(t.count, t.last_line, sorted(t.ranks), sorted(t.hosts)) for t in sorted(pure.templates, key=key)]
+    assert sorted(fast.known_ranks) == sorted(pure.known_ranks)
+    assert sorted(fast.known_hosts) == sorted(pure.known_hosts)
+    assert [(o.line, o.rule.id) for o in fast.occurrences] == [(o.line, o.rule.id) for o in pure.occurrences]
+    assert fast.last_progress == pure.last_progress
+    assert fast.rank_hosts == pure.rank_hosts
+    assert fast.stats.lines_in == fast.stats.lines_kept + fast.stats.lines_dropped
+    assert fast.stats.dropped_by_rule.get("tqdm-bar")  # the \r bars, prefixed or not
+    assert {"10.0.0.15", "node-000"} <= set(fast.known_hosts)
+    assert fast.rank_hosts.get(37) == "node-004"  # torchrun's summary behind the pdsh prefix
