@@ -117,7 +117,7 @@ class _ZstdReader:
     read's size whatever the input expands to), plus a FrameWalker over the compressed bytes that
     notices a stream cut inside a frame (the stream reader ends quietly there)."""
 
-    RAW_READ = 128 * 1024  # compressed bytes read from the source at a time
+    RAW_READ = 1024 * 1024  # compressed bytes read from the source at a time (fewer GIL hand-offs)
 
     def __init__(self, raw) -> None:
         self._walker = FrameWalker()
