@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = ("sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "openai", "httpx", "torch",
              "transformers", "sentence_transformers", "numpy", "app.api", "app.db", "app.llm",
              "app.controller", "app.web", "app.diagnoses", "app.service_cli", "app.settings",
-             "app.relabel", "app.jobs", "app.failures")
+             "app.relabel", "app.jobs", "app.failures",
+             # a plain log needs no gzip decoder, no `statistics` (it pulls in decimal and fractions)
+             "isal", "statistics")
 
 # runs the console-script entry point (app.cli:main) and reports the modules it loaded
 RUNNER = """

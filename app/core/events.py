@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -199,6 +198,13 @@ def _line_text(log: CompressedLog, point: MetricPoint) -> str:
     return f"[metric] step={point.step} {vals}"
 
 
+def _median(values: list[float]) -> float:
+    """statistics.median (whose import pulls in decimal, fractions and random: ~8 ms of start-up)."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def find_loss_spike(points: list[MetricPoint]) -> tuple[int, MetricPoint, float] | None:
     """The first loss jump well above the median of the preceding window that does not recover.
 
@@ -208,7 +214,7 @@ def find_loss_spike(points: list[MetricPoint]) -> tuple[int, MetricPoint, float]
     series = [p for p in points if "loss" in p.values and math.isfinite(p.values["loss"])]
     losses = [p.values["loss"] for p in series]
     for i in range(2, len(series)):
-        base = statistics.median(losses[max(0, i - SPIKE_WINDOW):i])
+        base = _median(losses[max(0, i - SPIKE_WINDOW):i])
         loss = losses[i]
         if base > 0 and loss > base * SPIKE_FACTOR and loss - base > SPIKE_MIN_JUMP:
             if all(later >= base * RECOVERED_FACTOR for later in losses[i + 1:]):
