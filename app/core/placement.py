@@ -13,8 +13,9 @@ Two sources, in this order of trust:
 torchrun's failure summary (`host : gpu-07` then `rank : 5 (local_rank: 5)`) and Cray MPICH's abort
 report (`MPICH ERROR [Rank 5] [job id ...] [date] [nid001097] - Abort(...)`) add pairs for the ranks
 they name. A failure that none of these places (a command's output pasted from a terminal) takes
-the host of the shell prompt it was printed after (`root@node1:~# nvidia-smi`). An isolate action for which none gives a host stays an isolate (the failure class
-is a hardware fault: restarting on the same nodes fails again) with no suspect host, and its reason
+the host of the shell prompt it was printed after (`root@node1:~# nvidia-smi`). An isolate action
+for which none gives a host stays an isolate (the failure class is a hardware fault: restarting on
+the same nodes fails again) with no suspect host, and its reason
 says that the node probe must find the host: the restart controller probes the job's nodes
 (two-round allgather) and drains only a node that fails it; nothing is drained on a guess.
 """
