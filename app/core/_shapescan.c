@@ -72,8 +72,7 @@ typedef struct {
     size_t ncounts;
     KeepSlot *keep;
     size_t nkeep, keepcap;
-    uint64_t *variants; /* open-addressing set of (slot, field values) hashes, 0 = empty */
-    size_t vcap, vused;
+    U64Set variants; /* hashes of the (slot, field values) already seen */
     size_t *touched; /* slots counted in the current buffer, for save_touched */
     size_t ntouched, touchedcap;
     U64Set pairs;   /* (slot, rank) and (slot, host id) already recorded */
@@ -176,39 +175,10 @@ static uint64_t variant_hash(const KeepSlot *ks, uint64_t slot, const unsigned c
     return h ? h : 1;
 }
 
-static int variants_grow(ShapeTable *t) {
-    size_t ncap = t->vcap ? t->vcap * 2 : 1024;
-    uint64_t *nv = PyMem_RawCalloc(ncap, sizeof(uint64_t));
-    if (!nv) return -1;
-    for (size_t i = 0; i < t->vcap; i++) {
-        uint64_t k = t->variants[i];
-        if (!k) continue;
-        size_t j = k & (ncap - 1);
-        while (nv[j]) j = (j + 1) & (ncap - 1);
-        nv[j] = k;
-    }
-    PyMem_RawFree(t->variants);
-    t->variants = nv;
-    t->vcap = ncap;
-    return 0;
-}
-
 /* 1: the key was new and is now in the set; 0: already there, or the set is full; -1: no memory */
 static int variants_insert(ShapeTable *t, uint64_t key) {
-    if (t->vused >= MAX_VARIANTS) {
-        size_t j = key & (t->vcap - 1);
-        while (t->variants[j] && t->variants[j] != key) j = (j + 1) & (t->vcap - 1);
-        return 0;
-    }
-    if ((t->vused + 1) * 2 > t->vcap && variants_grow(t) < 0) return -1;
-    size_t j = key & (t->vcap - 1);
-    while (t->variants[j]) {
-        if (t->variants[j] == key) return 0;
-        j = (j + 1) & (t->vcap - 1);
-    }
-    t->variants[j] = key;
-    t->vused++;
-    return 1;
+    if (t->variants.used >= MAX_VARIANTS) return 0;
+    return set_insert(&t->variants, key);
 }
 
 /* A line of a kept shape, counted here: 1 when Python must record its rank/host (a new variant),
@@ -286,7 +256,7 @@ static void ShapeTable_dealloc(ShapeTable *self) {
     PyMem_RawFree(self->host_bytes);
     PyMem_RawFree(self->host_len);
     PyMem_RawFree(self->keep);
-    PyMem_RawFree(self->variants);
+    PyMem_RawFree(self->variants.keys);
     PyMem_RawFree(self->slots);
     PyMem_RawFree(self->counts);
     Py_TYPE(self)->tp_free((PyObject *)self);
