@@ -161,15 +161,10 @@ def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
             if on_consumed is not None and consumed > consumed_seen:
                 on_consumed(consumed - consumed_seen)
                 consumed_seen = consumed
-            stop = False
-            if limits is not None and report.encoding != "plain" and limits.ratio_exceeded(decoded, consumed):
-                report.warnings.append(_ratio_warning(report.encoding, limits, decoded, consumed))
-                stop = report.cut_short = True
+            # (the decoding thread checked the limits on these counts before handing the buffer over)
             yield buf, length
             if any(buf is mine for mine in filler.pool):  # (a cut line comes in its own buffer)
                 filler.free.put(buf)
-            if stop:
-                break
     finally:
         if filler is not None:
             filler.close()
