@@ -25,7 +25,7 @@ from app.core.compressed import (
     BINARY_TEXT, MAX_FLAGGED, MAX_METRIC_POINTS, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
     build_log, decode_line, thin_metrics,
 )
-from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, rank_match
+from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, is_prefix_only, rank_match
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
 from app.core.keptshapes import MAX_VARIANTS, DigitSensitivity, Fields, field_ranges, field_values, variant_key
 from app.core.matcher import Hit
@@ -56,11 +56,6 @@ _CHAIN_RE = regex.compile(
     r"During handling of the above exception, another exception occurred|"
     r"The above exception was the direct cause of the following exception")
 _BINARY_RE = regex.compile(r"[\x00-\x08\x0e-\x1f\ufffd]")
-# a \r segment made only of launcher prefixes: a host or IP label (pdsh, srun), `[rank3]:`,
-# `[default3]:`, an `srun -l` task label; what a bar redrawn with \r leaves before its first \r
-_PREFIX_ONLY_RE = regex.compile(
-    r"\s*(?:(?:\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*(?:\d[\w-]*|-[\w-]+)(?:\.[\w-]+)*):\s*)?"
-    r"(?:(?:\[(?:rank|Rank|RANK)\s?\d{1,6}\]|\[default\d{1,6}\]|\d{1,5}):?\s*)*\Z")
 
 
 def _float(value: str | None) -> float | None:
@@ -426,7 +421,7 @@ class Compressor:
         content = []
         for seg, raw in segments:
             idx = self._drop_segment(seg, line_no, raw)
-            if idx is None and _PREFIX_ONLY_RE.match(seg):
+            if idx is None and is_prefix_only(seg):
                 if self._table is not None and len(raw) <= self.line_cap:
                     self._table.add_prefix(raw)
                 continue

@@ -47,7 +47,7 @@ _MPICH_HOST_RE = regex.compile(_MPICH_ABORT_RE.pattern.replace("(?P<rank>", "(?:
 # what a launcher puts before a line's own text: a host label (pdsh, DeepSpeed's runner, srun's
 # task id `0: `) and tags (`[rank3]:`, `[default3]:`, mpirun's `[1,4]<stdout>:`)
 _LAUNCHER_PREFIX_RE = regex.compile(
-    r"^(?:" + _PREFIX_HOST + r":\s|\d{1,5}:\s)?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
+    r"^(?:(?:" + _PREFIX_HOST + r"|\d{1,5}):(?:\s|$))?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
     r"|\[(?:rank|Rank|RANK)\s?\d+\]:)?")
 _HOST_RES = [
     # syslog / journald: "Jul 14 03:12:55 node-12 kernel: ..."
@@ -138,3 +138,15 @@ def split_launcher_prefix(text: str) -> tuple[str, str]:
     m = _LAUNCHER_PREFIX_RE.match(text)
     end = m.end() if m else 0
     return text[:end], text[end:]
+
+
+def is_prefix_only(text: str) -> bool:
+    """Whether the text is nothing but launcher prefixes (`10.0.0.11: [rank0]:`): what a progress
+    bar redrawn with \\r leaves before its first \\r."""
+    rest, seen = text.lstrip(), False
+    while rest:
+        prefix, after = split_launcher_prefix(rest)
+        if not prefix:
+            return False
+        rest, seen = after.lstrip(), True
+    return seen
