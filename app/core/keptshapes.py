@@ -23,6 +23,7 @@ import re
 import regex
 
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule
+from app.core.setform import set_form
 
 MAX_VARIANTS = 1 << 18  # the same cap as MAX_VARIANTS in _shapescan.c: past it, lines are counted
 NO_FIELD = (0, -1)  # an empty shape-position range
@@ -123,7 +124,7 @@ class DigitSensitivity:
                 continue
             text = f"(?i:{loose})" if rule.regex.flags & regex.IGNORECASE else loose
             try:
-                rset.Add(text)
+                rset.Add(set_form(text))
             except Exception:  # not RE2 syntax (lookaround...): searched with `regex`
                 try:
                     self._slow.append(regex.compile(loose, rule.regex.flags))

@@ -16,6 +16,7 @@ import re2
 import regex
 
 from app.core.rules import MATCH_TIMEOUT_S
+from app.core.setform import set_form
 
 
 class _HasRegex(Protocol):
@@ -28,8 +29,10 @@ _UNKNOWN = object()
 
 
 def re2_form(pattern: str, flags: int) -> str | None:
-    """The pattern as RE2 should see it, or None when RE2 cannot run it identically."""
-    return _re2_compatible(pattern, flags)
+    """The pattern as the RE2 set runs it (its `set_form`: only whether it matches counts there),
+    or None when RE2 cannot run it identically. Rule sets cache this form."""
+    text = _re2_compatible(pattern, flags)
+    return None if text is None else set_form(text)
 
 
 def _re2_compatible(pattern: str, flags: int) -> str | None:
@@ -60,7 +63,7 @@ class MultiMatcher(Generic[R]):
             # rules from load_rules carry their RE2 form (checked once, when the cache was built)
             text = getattr(rule.regex, "re2_text", _UNKNOWN)
             if text is _UNKNOWN:
-                text = _re2_compatible(rule.regex.pattern, rule.regex.flags)
+                text = re2_form(rule.regex.pattern, rule.regex.flags)
             if text is None:
                 self._fallback.append(i)
             else:

@@ -136,7 +136,7 @@ class LazyPattern:
     def __init__(self, pattern: str, flags: int, re2_text: str | None, compiled: regex.Pattern | None = None) -> None:
         self.pattern = pattern
         self.flags = flags
-        self.re2_text = re2_text  # the pattern as RE2 runs it, None when RE2 cannot
+        self.re2_text = re2_text  # the pattern as the RE2 set runs it (set_form), None when RE2 cannot
         self._compiled = compiled
 
     @property
@@ -296,7 +296,7 @@ def _schema_digest() -> bytes:
     """What the cached form depends on besides the rule files: the code that validates them."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256(f"{CACHE_FORMAT}:{pickle.HIGHEST_PROTOCOL}".encode())
-    for name in ("rules.py", "types.py", "policy.py", "matcher.py"):
+    for name in ("rules.py", "types.py", "policy.py", "matcher.py", "setform.py"):
         digest.update((here / name).read_bytes())
     return digest.digest()
 

@@ -1,0 +1,130 @@
+"""The RE2 set runs each rule in its `set_form`: it must match exactly the lines the rule matches."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import re2
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.matcher import MultiMatcher, re2_form
+from app.core.rules import load_rules
+from app.core.setform import set_form
+
+
+@pytest.fixture(scope="module")
+def ruleset():
+    return load_rules()
+
+
+def _patterns(ruleset):
+    out = []
+    for rule in [*ruleset.diagnosis, *ruleset.filters]:
+        text = rule.regex.re2_text
+        if text is not None:
+            out.append((rule, text))
+    return out
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    # a launcher/NCCL prefix that only feeds capture groups, and a trailing optional detail
+    (r"(?:(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[(?P<gpu>\d+)\] )?[^\n]*?NCCL WARN (?P<d>.*)?", "NCCL WARN "),
+    (r"(?:\[rank(?P<rank>\d+)\]:.*?)?CUDA out of memory", "CUDA out of memory"),
+    (r"(?i:(?:x)?foo|bar(?: baz)?)", "(?i:foo|bar)"),  # per alternative, inside a flag group
+    (r"x{0,3}y{2}z{1,}", "y{2}z{1,}"),
+    (r"\x41?B\p{Greek}*", "B"),
+    (r"[)|(]?x", "x"),  # brackets and bars inside a class are not structure
+    (r"a\?b?", r"a\?"),  # an escaped ? is a literal, not a quantifier
+])
+def test_optional_ends_are_removed(pattern, expected):
+    assert set_form(pattern) == expected
+
+
+@pytest.mark.parametrize("pattern", [
+    r"^(?:a)?b",  # anchored: the optional part decides where b may start
+    r"foo(?:x)?$",
+    r"(?i)(?:a)?b",  # inline flags scope what follows
+    r"(?<=a)?b",
+    r"(?:a|b)",
+    r"a{,3}b",  # `{,3}` is a literal in RE2
+    r"(a",  # unbalanced: left as written
+    r"a)b",
+    r"\1?x",
+])
+def test_what_it_does_not_understand_is_kept(pattern):
+    assert set_form(pattern) == pattern
+
+
+def test_every_rule_agrees_with_its_set_form_on_its_examples(ruleset):
+    checked = 0
+    for rule, text in _patterns(ruleset):
+        full = re2.compile(_as_written(rule))
+        short = re2.compile(text)
+        for example in [*rule.spec.examples.match, *rule.spec.examples.no_match]:
+            assert bool(full.search(example)) == bool(short.search(example)), (rule.id, example)
+            checked += 1
+    assert checked > 500
+
+
+def test_the_cached_rule_form_is_the_set_form(ruleset):
+    shortened = 0
+    for rule, text in _patterns(ruleset):
+        assert re2_form(rule.regex.pattern, rule.regex.flags) == text
+        shortened += text != _as_written(rule)
+    assert shortened >= 20  # the NCCL/IB/Xid rules with optional host and rank prefixes
+
+
+def _as_written(rule) -> str:
+    return f"(?i:{rule.regex.pattern})" if rule.regex.flags & regex.IGNORECASE else rule.regex.pattern
+
+
+def _vocabulary(ruleset) -> list[str]:
+    words: list[str] = []
+    for rule in [*ruleset.diagnosis, *ruleset.filters]:
+        for example in [*rule.spec.examples.match, *rule.spec.examples.no_match]:
+            words.extend(example.split())
+            words.append(example)
+    return words
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_sets_of_full_and_set_forms_match_the_same_rules(ruleset, data):
+    """Lines assembled from every rule's examples (whole examples, words, launcher prefixes):
+    the set of rules that match is the same whether the set runs the patterns or their forms."""
+    vocab = _full_sets(ruleset)[2]
+    pieces = data.draw(st.lists(st.sampled_from(vocab), min_size=1, max_size=6))
+    prefix = data.draw(st.sampled_from(["", "10.0.0.15: ", "[rank3]: ", "node-3:123:456 [2] ", "[1,4]<stdout>: "]))
+    line = prefix + data.draw(st.sampled_from([" ", "", ": "])).join(pieces)
+    full, short, _ = _full_sets(ruleset)
+    assert sorted(full.Match(line) or ()) == sorted(short.Match(line) or ())
+
+
+_CACHE: dict[int, tuple] = {}
+
+
+def _full_sets(ruleset):
+    key = id(ruleset)
+    if key not in _CACHE:
+        full, short = re2.Set.SearchSet(re2.Options()), re2.Set.SearchSet(re2.Options())
+        for rule, text in _patterns(ruleset):
+            full.Add(_as_written(rule))
+            short.Add(text)
+        full.Compile()
+        short.Compile()
+        _CACHE[key] = (full, short, _vocabulary(ruleset))
+    return _CACHE[key]
+
+
+def test_multimatcher_finds_the_same_rules_as_the_patterns(ruleset):
+    """End to end: the matcher (set forms) against each rule's own `regex` search."""
+    matcher = MultiMatcher(ruleset.diagnosis)
+    rng = random.Random(7)
+    examples = [e for r in ruleset.diagnosis for e in [*r.spec.examples.match, *r.spec.examples.no_match]]
+    for _ in range(400):
+        line = " ".join(rng.sample(examples, 2))
+        expected = [i for i, r in enumerate(ruleset.diagnosis) if r.regex.search(line)]
+        assert matcher.match_indices(line) == expected, line
