@@ -12,7 +12,6 @@ as well (`app/core/keptshapes.py`); only a line with a rank/host not seen for it
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from itertools import compress
 from operator import not_
@@ -22,15 +21,18 @@ import regex
 
 from app.core.binary import BINARY_SHARE, BINARY_RULE_ID, is_text_line, nontext_share
 from app.core.compressed import (
-    BINARY_TEXT, MAX_FLAGGED, MAX_METRIC_POINTS, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence, Partial, Template,
-    build_log, decode_line, thin_metrics,
+    BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, Occurrence, Partial, Template,
+    build_log, decode_line,
 )
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, is_prefix_only, rank_match
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
-from app.core.keptshapes import MAX_VARIANTS, DigitSensitivity, Fields, field_ranges, field_values, variant_key
+from app.core.chunkview import ChunkView
+from app.core.keptshapes import DigitSensitivity, field_values
+from app.core.keptslots import KeptSlots
+from app.core.metricsample import METRIC_SAMPLES_PER_CHUNK, MetricSampler
 from app.core.matcher import Hit
 from app.core.placement import RankHosts
-from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule, FilterRule, RuleSet
+from app.core.rules import DiagnosisRule, RuleSet
 
 try:  # the optional C scan loop (setup.py builds it; pure Python is the fallback)
     from app.core._shapescan import ShapeTable
@@ -41,7 +43,6 @@ CONTEXT_BEFORE = 2
 CONTEXT_AFTER = 2
 MAX_SHAPE_CACHE = 200_000
 MAX_OCCURRENCES_PER_RULE = 2_000
-METRIC_SAMPLES_PER_CHUNK = 64
 CUT_SLACK = 64
 TAIL_BYTES = 64 * 1024  # split this much of a pure-metric chunk's end
 SCAN_BATCH = 64  # the C loop hands back at most this many lines before new shapes are learned
@@ -56,81 +57,6 @@ _CHAIN_RE = regex.compile(
     r"During handling of the above exception, another exception occurred|"
     r"The above exception was the direct cause of the following exception")
 _BINARY_RE = regex.compile(r"[\x00-\x08\x0e-\x1f\ufffd]")
-
-
-def _float(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value.strip().rstrip(","))
-    except ValueError:
-        low = value.strip().lower()
-        if "nan" in low:
-            return math.nan
-        if "inf" in low:
-            return math.inf
-        return None
-
-
-class _ChunkView:
-    """`lines[j]` of a chunk without splitting it: spans are known for surviving lines and are
-    walked from there to the neighbouring lines that context needs. The chunk may be a reused
-    buffer whose first `limit` bytes are valid; lines are returned as copies (bytes)."""
-
-    def __init__(self, chunk: bytes | bytearray, n: int | None, spans: dict[int, tuple[int, int]],
-                 limit: int | None = None) -> None:
-        self._chunk = chunk
-        self._count = n
-        self._spans = spans
-        self._limit = len(chunk) if limit is None else limit
-
-    @property
-    def _n(self) -> int:
-        """Lines in the chunk (counted on first use: the scan may not have reached the end)."""
-        if self._count is None:
-            c, limit = self._chunk, self._limit
-            self._count = c.count(b"\n", 0, limit) + (1 if limit and c[limit - 1] != 10 else 0)
-        return self._count
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, j: int) -> bytes:
-        if j < 0:
-            j += self._n
-        a, b = self._span(j)
-        return bytes(self._chunk[a:b])
-
-    def _span(self, j: int) -> tuple[int, int]:
-        span = self._spans.get(j)
-        if span is not None:
-            return span
-        c, spans, limit = self._chunk, self._spans, self._limit
-        if j == 0:
-            end = c.find(b"\n", 0, limit)
-            span = (0, limit if end < 0 else end)
-        elif j == self._n - 1:
-            end = limit - 1 if limit and c[limit - 1] == 10 else limit
-            span = (c.rfind(b"\n", 0, end) + 1, end)
-        else:
-            # walk from the nearest known line (context asks for neighbours of survivors)
-            after = next((k for k in range(j + 1, min(j + 5, self._n)) if k in spans or k == self._n - 1), None)
-            if after is not None:
-                start = self._span(after)[0]
-                for _ in range(after - j):
-                    end = start - 1
-                    start = c.rfind(b"\n", 0, end) + 1
-                span = (start, end)
-            else:
-                before = next((k for k in range(j - 1, max(j - 5, -1), -1) if k in spans or k == 0), 0)
-                end = self._span(before)[1]
-                for _ in range(j - before):
-                    start = end + 1
-                    end = c.find(b"\n", start, limit)
-                    end = limit if end < 0 else end
-                span = (start, end)
-        spans[j] = span
-        return span
 
 
 class Compressor:
@@ -153,8 +79,6 @@ class Compressor:
         self._occ: list[Occurrence] = []
         self._occ_per_rule: Counter = Counter()
         self.rule_counts: Counter = Counter()
-        self._metrics: list[MetricPoint] = []
-        self._nan: list[MetricPoint] = []
         self._progress: list[tuple[int, bytes]] = []  # the last RECENT_PROGRESS markers, in order
         self._flagged: list[tuple[int, str]] = []
         self._known_ranks: set[int] = set()
@@ -162,22 +86,13 @@ class Compressor:
         self._chain_pending: set[int | None] = set()
         self._tail: list[bytes] = []  # last lines of the previous chunk (context before)
         self._after = 0  # context lines still owed after the last error
-        self._extracted: set[int] = set()  # line numbers already extracted in this chunk
         # the C scan loop when it is built (see app/core/_shapescan.c); same results either way
         self._table = ShapeTable(max(1, len(ruleset.filters)), MAX_SET_MEMBERS) if (use_c and ShapeTable is not None) else None
         self._sample_every = 1
-        # kept slots (see keptshapes.py): shape -> slot; per slot its template (None: over the
-        # template cap), variant fields, and the counts already folded into the template
-        self._fast: dict[bytes, int] = {}
-        self._never_fast: set[bytes] = set()
-        self._slot_tpl: list[Template | None] = []
-        self._slot_fields: list[Fields] = []
-        self._slot_applied: list[int] = []
-        self._slot_counts: list[list[int]] = []  # pure-Python loop: [count, last line] per slot
-        self._slot_last_raw: dict[int, tuple[int, bytes]] = {}  # slot -> its last counted line
-        self._hosts_seen: dict[bytes, str] = {}
-        self._variants: set[tuple] = set()  # pure-Python loop: (slot, variant key)
-        self._digit_sensitive = ruleset.derived("digit_sensitivity", lambda: DigitSensitivity(ruleset.diagnosis))
+        self._metrics = MetricSampler(self._known_ranks)
+        digit_sensitive = ruleset.derived("digit_sensitivity", lambda: DigitSensitivity(ruleset.diagnosis))
+        self._slots = KeptSlots(self._table, digit_sensitive, line_cap, MAX_SHAPE_CACHE,
+                                self._known_ranks, self._known_hosts)
         self.lines_in = 0  # lines are LF-separated; the \r segments of a line are parts of it
         self.lines_kept = 0
         self.bytes_in = 0
@@ -203,7 +118,7 @@ class Compressor:
         n = len(shapes)
         base = self.lines_in + 1  # 1-based line number of the chunk's first line
         self.lines_in += n
-        self._extracted.clear()
+        self._metrics.new_chunk()
         drop = self._drop
         dropped = list(map(drop.__contains__, shapes))
         self._dropped_shapes.update(compress(shapes, dropped))
@@ -224,7 +139,7 @@ class Compressor:
         for i in survivors:
             self._survivor(lines, shapes, i, base)
         if self._extract:
-            self._sample_metrics(lines, shapes, base, first)
+            self._metrics.sample(lines, shapes, base, first, self._extract, self.ruleset.filters)
         if self._progress_shapes:
             found = 0
             for i in range(n - 1, first - 1, -1):
@@ -260,7 +175,7 @@ class Compressor:
         base = self.lines_in + 1
         self.lines_in += len(lines)
         self.bytes_in += length
-        self._extracted.clear()
+        self._metrics.new_chunk()
         self._after = 0  # no context lines from binary junk
         skipped = 0
         for i, line in enumerate(lines):
@@ -287,12 +202,13 @@ class Compressor:
 
     def _scan_chunk(self, table, chunk: bytes | bytearray, mv: memoryview, length: int) -> None:
         base = self.lines_in + 1
-        self._extracted.clear()
+        self._metrics.new_chunk()
         spans: dict[int, tuple[int, int]] = {}
-        view = _ChunkView(chunk, None, spans, length)
+        view = ChunkView(chunk, None, spans, length)
         if self._after:
             self._owe_context(view, base)
         rules = self.ruleset.filters
+        slots = self._slots
         late: list[tuple[int, bytes, int]] = []  # metric lines of shapes first judged in this chunk
         samples: list[tuple[int, int, int]] = []
         progress: list[tuple[int, int, int]] = []  # candidates for the chunk's last progress lines
@@ -315,8 +231,8 @@ class Compressor:
                     if spec.extract:
                         late.append((i, raw, idx_rule))
                     continue
-                if self._fast and table.probe_keep(raw, base + i) == 0:  # kept since; counted by C
-                    self._note_last_counted(self._fast[raw.translate(None, DIGITS)], base + i, raw)
+                if slots.slot_of and table.probe_keep(raw, base + i) == 0:  # kept since; counted by C
+                    slots.note_last_counted(slots.slot_of[raw.translate(None, DIGITS)], base + i, raw)
                     continue
                 self._survivor(view, None, i, base, raw=raw)
             if start >= length:
@@ -333,7 +249,7 @@ class Compressor:
             if idx_rule is None:
                 raw = bytes(mv[raw[0]:raw[1]])
             rule = rules[self._c_rule_of(raw) if idx_rule is None else idx_rule]
-            self._extract_point(rule, decode_line(raw), base + i)
+            self._metrics.extract(rule, decode_line(raw), base + i)
         for i, a, b in sorted(progress)[-RECENT_PROGRESS:]:
             self._note_progress(base + i, bytes(mv[a:b]))
         self._sample_every = max(1, -(-(n_extract + len(late)) // METRIC_SAMPLES_PER_CHUNK))
@@ -377,10 +293,11 @@ class Compressor:
             if shape in self._drop:  # judged earlier in this same chunk
                 self._dropped_shapes[shape] += 1
                 return
-            slot = self._fast.get(shape)
+            slots = self._slots
+            slot = slots.slot_of.get(shape)
             if slot is not None:
-                if self._count_kept(slot, raw, base + i):
-                    self._kept_variant(slot, *field_values(raw, self._slot_fields[slot]))
+                if slots.count(slot, raw, base + i):
+                    slots.variant(slot, *field_values(raw, slots.fields[slot]))
                 return
         line_no = base + i
         if len(raw) > self.line_cap + CUT_SLACK:  # (ingest already cut lines spanning chunks)
@@ -408,8 +325,8 @@ class Compressor:
             self.lines_kept += 1
         else:
             self.overflow_lines += 1
-        if shape not in self._fast and shape not in self._never_fast:
-            self._learn_kept(shape, raw, text, kept)
+        if self._slots.undecided(shape):
+            self._slots.learn(shape, raw, text, kept)
 
     def _cr_line(self, segments: list[tuple[str, bytes]], line_no: int, lines, i: int, base: int) -> bool:
         """A `\\r`-rewritten line (progress bar): its segments (text, raw) are judged one by one,
@@ -448,73 +365,6 @@ class Compressor:
             self.overflow_lines += 1
         return True
 
-    def _count_kept(self, slot: int, raw: bytes, line_no: int) -> bool:
-        """Pure-Python twin of the C loop's kept slots: count the line; True when its rank/host
-        variant is new for the slot (the caller records them)."""
-        counts = self._slot_counts[slot]
-        counts[0] += 1
-        counts[1] = line_no
-        self._slot_last_raw[slot] = (line_no, raw[: self.line_cap])
-        key = (slot, variant_key(raw, self._slot_fields[slot]))
-        if key not in self._variants and len(self._variants) < MAX_VARIANTS:
-            self._variants.add(key)
-            return True
-        return False
-
-    def _note_last_counted(self, slot: int, line_no: int, raw) -> None:
-        """Remember the text of a slot's last counted line (a template shows its last line)."""
-        last = self._slot_last_raw.get(slot)
-        if last is None or line_no > last[0]:
-            self._slot_last_raw[slot] = (line_no, bytes(raw[: self.line_cap]))
-
-    def _host_text(self, raw) -> str:
-        key = bytes(raw)
-        text = self._hosts_seen.get(key)
-        if text is None:
-            text = self._hosts_seen[key] = key.decode("utf-8", "replace")
-        return text
-
-    def _kept_variant(self, slot: int, rank: int | None, host: str | None) -> None:
-        """A counted line of a kept slot with a rank/host not seen for it: record them."""
-        if rank is not None:
-            self._known_ranks.add(rank)
-        if host is not None:
-            self._known_hosts.add(host)
-        tpl = self._slot_tpl[slot]
-        if tpl is None:
-            return
-        if rank is not None and len(tpl.ranks) < MAX_SET_MEMBERS:
-            tpl.ranks.add(rank)
-        if host is not None and len(tpl.hosts) < MAX_SET_MEMBERS:
-            tpl.hosts.add(host)
-
-    def _learn_kept(self, shape: bytes, raw: bytes, text: str, kept) -> None:
-        """Count later lines of this shape per shape when its lines change only counts."""
-        tpl, countable, rank_m, host_m = kept
-        if countable is None:  # an error/chain line: this shape always takes the full path
-            self._never_fast.add(shape)
-            return
-        if not countable or len(self._fast) >= MAX_SHAPE_CACHE or len(raw) > self.line_cap:
-            return
-        if RankHosts.is_summary_line(text):  # torchrun's summary box: RankHosts reads these in sequence
-            self._never_fast.add(shape)
-            return
-        fields = field_ranges(raw, text, rank_m, host_m)
-        # a line without digits is the only line of its shape: no other digits can make it an error
-        if fields is None or (len(shape) != len(raw) and self._digit_sensitive(text)):
-            self._never_fast.add(shape)
-            return
-        slot = len(self._slot_tpl)
-        if self._table is not None:
-            self._table.add_keep(raw, *fields)
-        else:
-            self._variants.add((slot, variant_key(raw, fields)))
-        self._fast[shape] = slot
-        self._slot_tpl.append(tpl)
-        self._slot_fields.append(fields)
-        self._slot_applied.append(0)
-        self._slot_counts.append([0, 0])
-
     def _judge(self, text: str) -> int | None:
         """Index of the filter rule that drops this line, or None (never drop an error)."""
         idx = self.filters.first(text)
@@ -529,7 +379,7 @@ class Compressor:
             self._table.add(raw, idx, rule.spec.extract, rule.spec.progress)
         if rule.spec.extract:
             self._extract[shape] = idx
-            self._extract_point(rule, text, line_no)
+            self._metrics.extract(rule, text, line_no)
         if rule.spec.progress:
             self._progress_shapes.add(shape)
             self._note_progress(line_no, raw)
@@ -550,7 +400,7 @@ class Compressor:
             if self._table is not None and len(raw) <= self.line_cap:
                 self._table.add(raw, idx, rule.spec.extract, rule.spec.progress)
             if rule.spec.extract:
-                self._extract_point(rule, seg, line_no)
+                self._metrics.extract(rule, seg, line_no)
         return idx
 
     def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int):
@@ -640,100 +490,12 @@ class Compressor:
             self._context.setdefault(base + j, decode_line(lines[j][: self.line_cap]))
         self._after = 0
 
-    # ---- metrics --------------------------------------------------------------------------
-    def _extract_point(self, rule: FilterRule, text: str, line_no: int) -> None:
-        if line_no in self._extracted:  # a new shape's first line may be sampled again
-            return
-        self._extracted.add(line_no)
-        self._note_rank(text)
-        try:
-            m = rule.regex.search(text, timeout=MATCH_TIMEOUT_S)
-        except TimeoutError:
-            return
-        if not m:
-            return
-        groups = m.groupdict()
-        values = {}
-        for name in ("loss", "grad_norm", "loss_scale", "lr", "throughput"):
-            v = _float(groups.get(name))
-            if v is not None:
-                values[name] = v
-        step_raw = groups.get("step")
-        step = int(step_raw) if step_raw and step_raw.isdigit() else None
-        point = MetricPoint(line_no, step, values, text[:500])
-        if any(math.isnan(v) or math.isinf(v) for k, v in values.items() if k in ("loss", "grad_norm")):
-            if len(self._nan) < 100:
-                self._nan.append(point)
-            return
-        if values:
-            self._metrics.append(point)
-            if len(self._metrics) > MAX_METRIC_POINTS:
-                self._metrics = thin_metrics(self._metrics)
-
-    def _sample_metrics(self, lines: list[bytes], shapes: list[bytes], base: int, first: int) -> None:
-        """Extract metrics from up to METRIC_SAMPLES_PER_CHUNK evenly spaced lines of `lines`
-        (which holds shapes[first:]); NaN/inf values are caught exactly by their own shape."""
-        extract = self._extract
-        idx = list(compress(range(first, len(shapes)), map(extract.__contains__, shapes[first:] if first else shapes)))
-        if not idx:
-            return
-        step = max(1, len(idx) // METRIC_SAMPLES_PER_CHUNK)
-        picked = idx[::step]
-        if picked[-1] != idx[-1]:
-            picked.append(idx[-1])
-        rules = self.ruleset.filters
-        for i in picked:
-            self._extract_point(rules[extract[shapes[i]]], decode_line(lines[i - first]), base + i)
-
     # ---- result ---------------------------------------------------------------------------
-    def _fold_kept_counts(self) -> None:
-        counts = self._table.keep_counts() if self._table is not None else self._slot_counts
-        for slot, (count, last) in enumerate(counts):
-            delta = count - self._slot_applied[slot]
-            if not delta:
-                continue
-            self._slot_applied[slot] = count
-            tpl = self._slot_tpl[slot]
-            if tpl is None:
-                self.overflow_lines += delta
-                continue
-            self.lines_kept += delta
-            tpl.count += delta
-        if self._table is not None:
-            for slot, (last, raw) in enumerate(self._table.keep_last()):
-                if last:
-                    self._note_last_counted(slot, last, raw)
-            self._merge_kept_sets()
-        for slot, (last, raw) in self._slot_last_raw.items():
-            tpl = self._slot_tpl[slot]
-            if tpl is not None and last > tpl.last_line:
-                tpl.last_line = last
-                tpl.last_text = decode_line(raw)
-
-    def _merge_kept_sets(self) -> None:
-        """The ranks and hosts the C loop read from kept lines, into their templates (capped like
-        the rest) and the log's known ranks/hosts (not capped: a rank that is missing there would
-        count as silent)."""
-        names, per_slot = self._table.keep_sets()
-        hosts = [self._host_text(name) for name in names]
-        self._known_hosts.update(hosts)
-        self._known_ranks.update(self._table.ranks_seen())
-        for slot, (ranks, host_ids) in enumerate(per_slot):
-            tpl = self._slot_tpl[slot]
-            if tpl is None:
-                continue
-            for members, new in ((tpl.ranks, ranks), (tpl.hosts, [hosts[h] for h in host_ids])):
-                if len(members) + len(new) <= MAX_SET_MEMBERS:
-                    members.update(new)
-                    continue
-                for value in new:
-                    if len(members) >= MAX_SET_MEMBERS:
-                        break
-                    members.add(value)
-
     def partial(self) -> Partial:
         """Everything this compressor found, as plain picklable data (line numbers local)."""
-        self._fold_kept_counts()
+        kept, overflow = self._slots.fold()
+        self.lines_kept += kept
+        self.overflow_lines += overflow
         dropped_by_rule: Counter = Counter()
         for shape, count in self._dropped_shapes.items():
             dropped_by_rule[self.ruleset.filters[self._drop[shape]].id] += count
@@ -752,7 +514,7 @@ class Compressor:
         progress = [(line_no, decode_line(raw)) for line_no, raw in self._progress]
         return Partial(
             templates=self._templates, context=self._context, occurrences=self._occ,
-            rule_counts=self.rule_counts, metrics=self._metrics, nan_points=self._nan,
+            rule_counts=self.rule_counts, metrics=self._metrics.points, nan_points=self._metrics.nan,
             progress=progress, flagged=self._flagged, known_ranks=self._known_ranks,
             known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
             lines_dropped=lines_dropped, lines_in=self.lines_in, lines_kept=self.lines_kept,

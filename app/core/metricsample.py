@@ -1,0 +1,93 @@
+"""Training metrics read from the metric lines the compressor drops.
+
+Metric lines are dropped by filter rules whose pattern names the values (`loss`, `grad_norm`,
+`loss_scale`, `lr`, `throughput`, `step`); a sample of them per chunk is read into the log's metric
+series (bounded: see `thin_metrics`). A NaN or inf loss/grad norm is kept apart: a shape whose
+values turn NaN is a new shape (`nan` has no digits), so every such line is read.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import compress
+
+from app.core.compressed import MAX_METRIC_POINTS, MetricPoint, decode_line, thin_metrics
+from app.core.fields import extract_rank
+from app.core.rules import MATCH_TIMEOUT_S, FilterRule
+
+METRIC_SAMPLES_PER_CHUNK = 64
+MAX_NAN_POINTS = 100
+_VALUES = ("loss", "grad_norm", "loss_scale", "lr", "throughput")
+
+
+def _float(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value.strip().rstrip(","))
+    except ValueError:
+        low = value.strip().lower()
+        if "nan" in low:
+            return math.nan
+        if "inf" in low:
+            return math.inf
+        return None
+
+
+class MetricSampler:
+    """The metric series and NaN points of one compressor. Ranks seen on metric lines go into
+    `known_ranks` (shared with the compressor): a rank that only prints metrics still exists."""
+
+    def __init__(self, known_ranks: set[int]) -> None:
+        self.points: list[MetricPoint] = []
+        self.nan: list[MetricPoint] = []
+        self._known_ranks = known_ranks
+        self._extracted: set[int] = set()  # line numbers already read in this chunk
+
+    def new_chunk(self) -> None:
+        self._extracted.clear()
+
+    def extract(self, rule: FilterRule, text: str, line_no: int) -> None:
+        if line_no in self._extracted:  # a new shape's first line may be sampled again
+            return
+        self._extracted.add(line_no)
+        rank = extract_rank(text)
+        if rank is not None:
+            self._known_ranks.add(rank)
+        try:
+            m = rule.regex.search(text, timeout=MATCH_TIMEOUT_S)
+        except TimeoutError:
+            return
+        if not m:
+            return
+        groups = m.groupdict()
+        values = {}
+        for name in _VALUES:
+            v = _float(groups.get(name))
+            if v is not None:
+                values[name] = v
+        step_raw = groups.get("step")
+        step = int(step_raw) if step_raw and step_raw.isdigit() else None
+        point = MetricPoint(line_no, step, values, text[:500])
+        if any(math.isnan(v) or math.isinf(v) for k, v in values.items() if k in ("loss", "grad_norm")):
+            if len(self.nan) < MAX_NAN_POINTS:
+                self.nan.append(point)
+            return
+        if values:
+            self.points.append(point)
+            if len(self.points) > MAX_METRIC_POINTS:
+                self.points = thin_metrics(self.points)
+
+    def sample(self, lines: list[bytes], shapes: list[bytes], base: int, first: int,
+               extract: dict[bytes, int], rules: list[FilterRule]) -> None:
+        """Pure-Python scan loop: read up to METRIC_SAMPLES_PER_CHUNK evenly spaced lines of
+        `lines` (which holds shapes[first:]) whose shape is in `extract` (shape -> rule index)."""
+        idx = list(compress(range(first, len(shapes)), map(extract.__contains__, shapes[first:] if first else shapes)))
+        if not idx:
+            return
+        step = max(1, len(idx) // METRIC_SAMPLES_PER_CHUNK)
+        picked = idx[::step]
+        if picked[-1] != idx[-1]:
+            picked.append(idx[-1])
+        for i in picked:
+            self.extract(rules[extract[shapes[i]]], decode_line(lines[i - first]), base + i)
