@@ -82,7 +82,9 @@ SHAPE_DELETE_STR = str.maketrans("", "", "0123456789")
 
 def rank_match(text: str) -> regex.Match | None:
     """The match whose group 1 is the line's rank (its span locates the field in the line)."""
-    for rx in _RANK_RES:
+    # all but the last pattern need `rank`/`Rank`/`RANK` or `default`: most metric lines have neither
+    tagged = "ank" in text or "ANK" in text or "default" in text
+    for rx in _RANK_RES if tagged else _RANK_RES[-1:]:
         m = rx.search(text)
         if m:
             return m

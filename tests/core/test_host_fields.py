@@ -107,3 +107,28 @@ def test_rank_and_host_of_an_mpich_abort_and_the_host_of_a_prompt():
     assert prompt_host("[alice@gpu-3 ~]$ nvidia-smi") == "gpu-3"
     assert prompt_host("alice@gpu-3 wrote: see the log") is None
     assert prompt_host("10.0.0.15: root@node1:~# ls") is None  # behind a pdsh prefix: the prefix names it
+
+
+def test_rank_match_skips_only_patterns_that_cannot_match():
+    """rank_match tries the tagged patterns only on lines with `rank`/`default` in them: on every
+    line of the real logs and rule examples it finds what trying every pattern in order finds."""
+    from pathlib import Path
+
+    from app.core.fields import _RANK_RES
+    from app.core.rules import load_rules
+
+    def every_pattern(text):
+        return next((m for m in (rx.search(text) for rx in _RANK_RES) if m), None)
+
+    ruleset = load_rules()
+    lines = [e for r in [*ruleset.diagnosis, *ruleset.filters] for e in [*r.spec.examples.match, *r.spec.examples.no_match]]
+    real = Path(__file__).resolve().parents[2] / "tests" / "golden" / "corpus"
+    for path in sorted(real.rglob("log.txt")):
+        lines += path.read_text(errors="replace").splitlines()[:400]
+    lines += ["[rank7]: x", "[RANK 3] y", "global_rank=12 z", "[default3]: w", "0: srun label", "node-3: 12: tail"]
+    found = 0
+    for line in lines:
+        want, got = every_pattern(line), rank_match(line)
+        assert (want and (want.span(), want.group(1))) == (got and (got.span(), got.group(1))), line
+        found += want is not None
+    assert found > 100
