@@ -95,7 +95,7 @@ def test_code_gets_enums_and_a_checked_confidence():
 
 
 def test_the_contract_module_does_not_import_pydantic():
-    code = "import sys, app.core.types; print('pydantic' in sys.modules)"
+    code = "import sys, app.core.types, app.core.rules; print('pydantic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -6,9 +6,10 @@ rules cache never imports pydantic (its import and the building of its validator
 of the CLI's start-up). Data from outside (rule files, stored, uploaded or LLM-written
 diagnoses) goes through `validate`, which builds a pydantic `TypeAdapter` for the class on first
 use: unknown keys are refused (`__pydantic_config__`), enums and field types are checked, and
-`Check(...)` in an `Annotated` type adds bounds (`ge`, `le`, `pattern`, `min_length`). pydantic
-reads `Check` through its `__get_pydantic_core_schema__` hook, so the bounds also reach the
-OpenAPI schema; `annotated_types` would say the same but costs ~9 ms of import on every start.
+`Check(...)` in an `Annotated` type adds bounds (`ge`, `le`, `pattern`, `min_length`) and
+`After(func)` a check of its own. pydantic reads both through its `__get_pydantic_core_schema__`
+hook, so the bounds also reach the OpenAPI schema; `annotated_types` would say the same but costs
+~9 ms of import on every start.
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ class Check:
         return f"Check({', '.join(f'{k}={v!r}' for k, v in self.constraints.items())})"
 
 
+class After:
+    """A check run after the type's own: `Annotated[list[str], After(func)]`, where `func` returns
+    the value or raises ValueError (reported at the field, like a pydantic field validator)."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(self.func, handler(source))
+
+
 class Strict:
     """Base of the validated dataclasses: unknown keys are an error, `to_json_dict` is the JSON
     form (enums as their values, field order as declared) and `from_json_dict` its checked
@@ -65,6 +81,14 @@ def _json(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _json(v) for k, v in value.items()}
     return value
+
+
+def error_message(error: dict[str, Any]) -> str:
+    """The message of one entry of `ValidationError.errors()`; a key the class does not have is
+    said as pydantic says it for a model (a dataclass's would read "Unexpected keyword argument")."""
+    if error["type"] == "unexpected_keyword_argument":
+        return "Extra inputs are not permitted"
+    return error["msg"]
 
 
 _ADAPTERS: dict[type, Any] = {}
