@@ -1,4 +1,5 @@
-"""Rule files (`rules/*.yaml`): schema, loading and compilation.
+"""Rule files (`rules/*.yaml`): loading, validation and compilation (the schema of a rule is
+`app/core/rule_specs.py`).
 
 Three kinds of rule live in `rules/`:
 - diagnosis rules (`kind: diagnosis`, one file per log family): a regex that turns a line into a
@@ -24,14 +25,15 @@ import hashlib
 import os
 import pickle
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
 
 import regex
 
-from app.core.types import ActionKind, Category, ErrorType, Role, default_category
-from app.core.validation import After, Check, Strict, error_message, validate
+from app.core.rule_specs import (  # noqa: F401 - the specs are part of this module's interface
+    DiagnosisRuleSpec, Examples, FilterKind, FilterRuleSpec, PolicySpec, RuleFile, _RuleBase,
+)
+from app.core.types import Category, Role, default_category
+from app.core.validation import error_message, validate
 
 DEFAULT_RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 GROUP_NAMES = {"rank", "host", "gpu", "xid", "exc", "pid", "node", "local_rank", "signal",
@@ -43,95 +45,6 @@ CACHE_FORMAT = 1
 
 class RuleError(ValueError):
     """A rule file is malformed; the message names file, rule id and pattern."""
-
-
-class FilterKind(StrEnum):
-    METRIC = "metric"
-    PROGRESS = "progress"
-    INIT = "init"
-    CHATTER = "chatter"
-    WARNING = "warning"
-
-
-# The specs are plain dataclasses: a warm rules cache unpickles them without importing pydantic.
-# A cold cache checks each rule file's data with `validate` (app/core/validation.py) first.
-RuleId = Annotated[str, Check(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
-
-
-@dataclass(slots=True, kw_only=True)
-class Examples(Strict):
-    match: Annotated[list[str], Check(min_length=1)]
-    no_match: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True, kw_only=True)
-class _RuleBase(Strict):
-    id: RuleId
-    pattern: str
-    ignore_case: bool = False
-    hint: str | None = None
-    examples: Examples
-
-
-@dataclass(slots=True, kw_only=True)
-class DiagnosisRuleSpec(_RuleBase):
-    error_type: ErrorType
-    category: Category | None = None
-    role: Role = Role.CAUSE
-    priority: Annotated[int, Check(ge=0, le=100)] | None = None
-    action: ActionKind | None = None
-    # a named group whose captured exception class name, when canonical, becomes the type
-    type_from_group: str | None = None
-
-
-@dataclass(slots=True, kw_only=True)
-class FilterRuleSpec(_RuleBase):
-    filter: FilterKind
-    # named groups (step, loss, ...) are extracted as a metric series when true
-    extract: bool = False
-    # the line marks training progress (last-progress marker for hang detection)
-    progress: bool = False
-    # the line says training finished normally (needs progress: true): a log without an error
-    # after it is reported as no failure, not as a hang
-    completion: bool = False
-
-
-def _known_conditions(value: list[str]) -> list[str]:
-    from app.core.policy import CONDITIONS
-
-    unknown = [c for c in value if c not in CONDITIONS]
-    if unknown:
-        raise ValueError(f"unknown condition(s) {unknown}; known: {sorted(CONDITIONS)}")
-    return value
-
-
-def _compiles(value: str) -> str:
-    try:
-        regex.compile(value)
-    except regex.error as exc:  # not a ValueError: said here so that it is a rule error, not a crash
-        raise ValueError(f"does not compile ({exc}): {value!r}") from None
-    return value
-
-
-@dataclass(slots=True, kw_only=True)
-class PolicySpec(Strict):
-    id: RuleId
-    error_type: ErrorType | None = None
-    category: Category | None = None
-    when: Annotated[list[str], After(_known_conditions)] = field(default_factory=list)
-    # a regex one of the lines up to the root cause must match (its own line included): the
-    # job's own step that explains the error, e.g. rank 0 tokenizing before a collective timeout
-    preceded_by: Annotated[str, After(_compiles)] | None = None
-    action: ActionKind
-    reason: str
-
-
-@dataclass(slots=True, kw_only=True)
-class RuleFile(Strict):
-    kind: Literal["diagnosis", "filter", "policy"]
-    family: str
-    description: str | None = None
-    rules: list[DiagnosisRuleSpec] | list[FilterRuleSpec] | list[PolicySpec] = field(default_factory=list)
 
 
 class LazyPattern:
@@ -305,7 +218,7 @@ def _schema_digest() -> bytes:
     """What the cached form depends on besides the rule files: the code that validates them."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256(f"{CACHE_FORMAT}:{pickle.HIGHEST_PROTOCOL}".encode())
-    for name in ("rules.py", "types.py", "validation.py", "policy.py", "matcher.py"):
+    for name in ("rules.py", "rule_specs.py", "types.py", "validation.py", "policy.py", "matcher.py"):
         digest.update((here / name).read_bytes())
     return digest.digest()
 
