@@ -212,7 +212,7 @@ def compress(log: str, output: str | None, stats: bool, rules_dir: str | None) -
         else:
             click.echo(result.text, nl=False)
         if stats:
-            click.echo(json.dumps(result.stats.model_dump(mode="json"), indent=2), err=True)
+            click.echo(json.dumps(result.stats.to_json_dict(), indent=2), err=True)
 
     _run(go)
 

@@ -80,9 +80,27 @@ def test_a_warm_rules_cache_parses_no_yaml(tmp_path, one_line):
     cache = tmp_path / "cache"
     _, cold = run_cli(tmp_path, "diagnose", str(one_line), "--json", cache=cache)
     assert "yaml" in cold["modules"]  # the cold start validated the rule files
+    assert "pydantic" in cold["modules"]  # ... with the full checks
     assert list(cache.glob("*.pickle"))
     _, warm = run_cli(tmp_path, "diagnose", str(one_line), "--json", cache=cache)
     assert "yaml" not in warm["modules"]
+
+
+# pydantic (and what it brings) checks rule files and untrusted diagnoses; building the contract in
+# code and reading a warm rules cache need none of it (its import and validators were a third of
+# the start-up)
+VALIDATION_ONLY = ("pydantic", "pydantic_core", "annotated_types")
+
+
+@pytest.mark.parametrize("args", [("diagnose", "--json"), ("diagnose",), ("compress",)],
+                         ids=["diagnose-json", "diagnose-text", "compress"])
+def test_a_warm_rules_cache_loads_no_pydantic(tmp_path, one_line, args):
+    cache = tmp_path / "cache"
+    run_cli(tmp_path, "compress", str(one_line), cache=cache)  # writes the rules cache
+    out, report = run_cli(tmp_path, args[0], str(one_line), *args[1:], cache=cache)
+    assert report["code"] == 0 and out.stdout.strip()
+    assert [m for m in report["modules"] if m.split(".")[0] in VALIDATION_ONLY] == []
+    assert "app.core.types" in report["modules"] and "app.core.rules" in report["modules"]
 
 
 def test_an_unexplained_error_line_still_reaches_example_retrieval(tmp_path):

@@ -25,12 +25,12 @@ def summary(d) -> dict:
     return {
         "root_cause": {"error_type": rc.error_type.value, "category": rc.category.value,
                        "rule_id": rc.rule_id, "confidence": rc.confidence,
-                       "evidence": [e.model_dump() for e in rc.evidence]},
+                       "evidence": [e.to_json_dict() for e in rc.evidence]},
         "co_occurring": [{"error_type": c.error_type.value, "role": c.role, "count": c.count,
                           "first_line": c.first_line} for c in d.co_occurring],
         "action": {"kind": d.action.kind.value, "suspect_hosts": d.action.suspect_hosts,
                    "suspect_ranks": d.action.suspect_ranks},
-        "last_progress": d.last_progress.model_dump() if d.last_progress else None,
+        "last_progress": d.last_progress.to_json_dict() if d.last_progress else None,
     }
 
 

@@ -29,7 +29,7 @@ def _backfill() -> None:
     rows = bind.execute(sa.select(diagnoses.c.id, diagnoses.c.result).where(diagnoses.c.result.is_not(None)))
     for row_id, result in rows.fetchall():
         try:
-            diagnosis = Diagnosis.model_validate(result)
+            diagnosis = Diagnosis.from_json_dict(result)
         except ValueError:
             continue  # a result of an older contract: left ungrouped rather than guessed
         bind.execute(diagnoses.update().where(diagnoses.c.id == row_id).values(

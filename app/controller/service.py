@@ -125,7 +125,7 @@ class Controller:
         with self.db.transaction() as session:
             job = get_job(session=session, job_id=job_id)
             row = session.get(DiagnosisRow, diagnosis_row_id)
-            diagnosis = Diagnosis.model_validate(row.result)
+            diagnosis = Diagnosis.from_json_dict(row.result)
             facts = facts_from(diagnosis, job.host_names)
             window = self.rules.defaults.repeat_offender.window_s
             counts = store.host_failures(session=session, cluster=job.cluster, hosts=list(facts.suspect_hosts),

@@ -78,7 +78,7 @@ class Pipeline:
             versions=Versions(rules=self.ruleset.version, logdx=__version__),
             notes=list(log.stats.warnings))
         # the log's secrets stay in the log: whoever may read a diagnosis need not see them
-        diagnosis = Diagnosis.model_validate(redact_obj(diagnosis.to_json_dict()))
+        diagnosis = redact_obj(diagnosis)
         return DiagnosisResult(diagnosis, log, events, ranking, job)
 
     def decide_action(self, ranking: Ranking, log: CompressedLog, *, job: JobPlacement | None = None) -> Action:

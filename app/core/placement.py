@@ -22,7 +22,7 @@ says that the node probe must find the host: the restart controller probes the j
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import regex
 
@@ -156,29 +156,28 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
     ranks = action.suspect_ranks
     found = sorted({rank_hosts[r] for r in ranks if r in rank_hosts})
     if found:
-        return action.model_copy(update={
-            "suspect_hosts": found[:32],
-            "reason": (f"{action.reason} Host(s) of rank(s) {_ranks(ranks)} as the log maps them "
-                       "(NCCL init lines, torchrun's failure summary, MPICH's abort report).")})
+        return replace(
+            action, suspect_hosts=found[:32],
+            reason=(f"{action.reason} Host(s) of rank(s) {_ranks(ranks)} as the log maps them "
+                    "(NCCL init lines, torchrun's failure summary, MPICH's abort report)."))
     if session is not None:
-        return action.model_copy(update={
-            "suspect_hosts": [session],
-            "reason": f"{action.reason} Host {session}: the shell session the failure was printed in "
-                      "(its prompts name it)."})
+        return replace(
+            action, suspect_hosts=[session],
+            reason=f"{action.reason} Host {session}: the shell session the failure was printed in "
+                   "(its prompts name it).")
     if job is not None:
         found = sorted({h for h in (job.host_of(r) for r in ranks) if h})
         if found:
             how = ("the job's only host" if len(job.hosts) == 1 else
                    f"inferred from the job's placement: {job.gpu_count // len(job.hosts)} ranks per host "
                    "over its registered hosts in order")
-            return action.model_copy(update={
-                "suspect_hosts": found[:32],
-                "reason": f"{action.reason} Host(s) of rank(s) {_ranks(ranks)}: {how}."})
+            return replace(action, suspect_hosts=found[:32],
+                           reason=f"{action.reason} Host(s) of rank(s) {_ranks(ranks)}: {how}.")
     why = (f"rank(s) {_ranks(ranks)} cannot be mapped to a host" if ranks else "the failure names no rank")
-    return action.model_copy(update={
-        "reason": (f"{action.reason} {NO_HOST} ({why}: the log has no host prefixes or NCCL init "
-                   "lines, and the job was not registered with its hosts and GPU count): probe the job's "
-                   "nodes (two-round allgather) to find it; drain only a node that fails the probe.")})
+    return replace(action, reason=(
+        f"{action.reason} {NO_HOST} ({why}: the log has no host prefixes or NCCL init "
+        "lines, and the job was not registered with its hosts and GPU count): probe the job's "
+        "nodes (two-round allgather) to find it; drain only a node that fails the probe."))
 
 
 def _ranks(ranks: list[int]) -> str:

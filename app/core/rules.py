@@ -1,4 +1,5 @@
-"""Rule files (`rules/*.yaml`): schema, loading and compilation.
+"""Rule files (`rules/*.yaml`): loading, validation and compilation (the schema of a rule is
+`app/core/rule_specs.py`).
 
 Three kinds of rule live in `rules/`:
 - diagnosis rules (`kind: diagnosis`, one file per log family): a regex that turns a line into a
@@ -15,7 +16,7 @@ Start-up cost matters (a Slurm epilog runs `logdx` once per job): a validated ru
 `$LOGDX_RULES_CACHE_DIR` (default `$XDG_CACHE_HOME/logdx/rules`, else `~/.cache/logdx/rules`;
 `off` disables it). A cold cache runs the full validation; a warm one skips YAML parsing and
 pydantic validation, and patterns are compiled with `regex` on first use (they compiled when the
-cache was written).
+cache was written). The rule specs are plain dataclasses, so a warm cache imports no pydantic.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Literal
 
 import regex
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from app.core.types import ActionKind, Category, ErrorType, Role, default_category
+from app.core.rule_specs import (  # noqa: F401 - the specs are part of this module's interface
+    DiagnosisRuleSpec, Examples, FilterKind, FilterRuleSpec, PolicySpec, RuleFile, _RuleBase,
+)
+from app.core.types import Category, Role, default_category
+from app.core.validation import error_message, validate
 
 DEFAULT_RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 GROUP_NAMES = {"rank", "host", "gpu", "xid", "exc", "pid", "node", "local_rank", "signal",
@@ -43,88 +45,6 @@ CACHE_FORMAT = 1
 
 class RuleError(ValueError):
     """A rule file is malformed; the message names file, rule id and pattern."""
-
-
-class FilterKind(StrEnum):
-    METRIC = "metric"
-    PROGRESS = "progress"
-    INIT = "init"
-    CHATTER = "chatter"
-    WARNING = "warning"
-
-
-class Examples(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first validation: a warm rules cache needs none
-    match: list[str] = Field(min_length=1)
-    no_match: list[str] = Field(default_factory=list)
-
-
-class _RuleBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first validation: a warm rules cache needs none
-    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
-    pattern: str
-    ignore_case: bool = False
-    hint: str | None = None
-    examples: Examples
-
-
-class DiagnosisRuleSpec(_RuleBase):
-    error_type: ErrorType
-    category: Category | None = None
-    role: Role = Role.CAUSE
-    priority: int | None = Field(default=None, ge=0, le=100)
-    action: ActionKind | None = None
-    # a named group whose captured exception class name, when canonical, becomes the type
-    type_from_group: str | None = None
-
-
-class FilterRuleSpec(_RuleBase):
-    filter: FilterKind
-    # named groups (step, loss, ...) are extracted as a metric series when true
-    extract: bool = False
-    # the line marks training progress (last-progress marker for hang detection)
-    progress: bool = False
-    # the line says training finished normally (needs progress: true): a log without an error
-    # after it is reported as no failure, not as a hang
-    completion: bool = False
-
-
-class PolicySpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first validation: a warm rules cache needs none
-    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
-    error_type: ErrorType | None = None
-    category: Category | None = None
-    when: list[str] = Field(default_factory=list)
-    # a regex one of the lines up to the root cause must match (its own line included): the
-    # job's own step that explains the error, e.g. rank 0 tokenizing before a collective timeout
-    preceded_by: str | None = None
-    action: ActionKind
-    reason: str
-
-    @field_validator("when")
-    @classmethod
-    def _known_conditions(cls, value: list[str]) -> list[str]:
-        from app.core.policy import CONDITIONS
-
-        unknown = [c for c in value if c not in CONDITIONS]
-        if unknown:
-            raise ValueError(f"unknown condition(s) {unknown}; known: {sorted(CONDITIONS)}")
-        return value
-
-    @field_validator("preceded_by")
-    @classmethod
-    def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            regex.compile(value)
-        return value
-
-
-class RuleFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first validation: a warm rules cache needs none
-    kind: Literal["diagnosis", "filter", "policy"]
-    family: str
-    description: str | None = None
-    rules: list[DiagnosisRuleSpec] | list[FilterRuleSpec] | list[PolicySpec] = Field(default_factory=list)
 
 
 class LazyPattern:
@@ -268,20 +188,22 @@ def _load_file(path: Path) -> RuleFile | None:
     rules_raw = raw.get("rules") or []
     if not isinstance(rules_raw, list):
         raise RuleError(f"{path.name}: 'rules' must be a list")
+    from pydantic import ValidationError  # only a cold rules cache validates
+
     specs = []
     for i, item in enumerate(rules_raw):
         rid = item.get("id", f"#{i}") if isinstance(item, dict) else f"#{i}"
         try:
-            specs.append(model.model_validate(item))
+            specs.append(validate(model, item))
         except ValidationError as exc:
             pattern = item.get("pattern") if isinstance(item, dict) else None
-            errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {error_message(e)}" for e in exc.errors())
             raise RuleError(f"{path.name}: rule {rid}: {errs}" + (f" (pattern {pattern!r})" if pattern else "")) from None
     header = {k: v for k, v in raw.items() if k != "rules"}
     try:
-        return RuleFile.model_validate({**header, "rules": []}).model_copy(update={"rules": specs})
+        return replace(validate(RuleFile, {**header, "rules": []}), rules=specs)
     except ValidationError as exc:
-        raise RuleError(f"{path.name}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+        raise RuleError(f"{path.name}: {exc.errors()[0]['loc']}: {error_message(exc.errors()[0])}") from None
 
 
 def _cache_dir() -> Path | None:
@@ -296,7 +218,7 @@ def _schema_digest() -> bytes:
     """What the cached form depends on besides the rule files: the code that validates them."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256(f"{CACHE_FORMAT}:{pickle.HIGHEST_PROTOCOL}".encode())
-    for name in ("rules.py", "types.py", "policy.py", "matcher.py", "setform.py"):
+    for name in ("rules.py", "rule_specs.py", "types.py", "validation.py", "policy.py", "matcher.py", "setform.py"):
         digest.update((here / name).read_bytes())
     return digest.digest()
 

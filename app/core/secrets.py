@@ -4,9 +4,12 @@ masking alike. Hosts, ranks and paths are not secrets and stay."""
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 import regex
+
+from app.core.validation import Strict
 
 REDACTED = "<SECRET>"
 
@@ -33,9 +36,14 @@ def redact(text: str) -> str:
 
 
 def redact_obj(obj: Any) -> Any:
-    """Every string inside `obj` (dicts, lists) with its secrets redacted."""
+    """Every string inside `obj` (dicts, lists, the contract's dataclasses: a new one) with its
+    secrets redacted."""
+    if isinstance(obj, Enum):  # a StrEnum is a str, but a fixed name, never a secret
+        return obj
     if isinstance(obj, str):
         return redact(obj)
+    if isinstance(obj, Strict):
+        return type(obj)(**{name: redact_obj(getattr(obj, name)) for name in obj.__dataclass_fields__})
     if isinstance(obj, list):
         return [redact_obj(v) for v in obj]
     if isinstance(obj, dict):

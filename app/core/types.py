@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from app.core.validation import Check, Strict
 
 SCHEMA_ID = "logdx.diagnosis/v1"
 
@@ -132,46 +134,71 @@ class DecidedBy(StrEnum):
     LLM = "llm"
 
 
-class _Contract(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# The contract is stdlib dataclasses (no pydantic on the CLI's path); untrusted data (stored,
+# uploaded or LLM-written diagnoses) goes through `Diagnosis.from_json_dict`, which checks it as
+# strictly as a pydantic model would (app/core/validation.py).
+Confidence = Annotated[float, Check(ge=0.0, le=1.0)]
 
 
-class Evidence(_Contract):
+def _enum(kind: type[StrEnum], value: Any) -> Any:
+    return value if type(value) is kind else kind(value)
+
+
+@dataclass(slots=True, kw_only=True)
+class Evidence(Strict):
     line: int
     text: str
     rank: int | None = None
     host: str | None = None
 
 
-class RootCause(_Contract):
+@dataclass(slots=True, kw_only=True)
+class RootCause(Strict):
     error_type: ErrorType
     category: Category
-    confidence: float = Field(ge=0.0, le=1.0)
+    confidence: Confidence
     evidence: list[Evidence]
     explanation: str
     rule_id: str | None = None
     gpu: str | None = None
     xid: int | None = None
 
+    def __post_init__(self) -> None:
+        # code builds these from strings too; the JSON form and `.value` need the enums
+        self.error_type = _enum(ErrorType, self.error_type)
+        self.category = _enum(Category, self.category)
+        self.confidence = float(self.confidence)
+        if not 0.0 <= self.confidence <= 1.0:
+            raise ValueError(f"confidence must be in [0, 1], got {self.confidence}")
 
-class CoOccurring(_Contract):
+
+@dataclass(slots=True, kw_only=True)
+class CoOccurring(Strict):
     error_type: ErrorType
     role: str  # "symptom" | "wrapper" | "independent" | "recovered"
     count: int
     first_line: int
     rule_id: str | None = None
-    ranks: list[int] = Field(default_factory=list)
-    hosts: list[str] = Field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.error_type = _enum(ErrorType, self.error_type)
 
 
-class Action(_Contract):
+@dataclass(slots=True, kw_only=True)
+class Action(Strict):
     kind: ActionKind
-    suspect_hosts: list[str] = Field(default_factory=list)
-    suspect_ranks: list[int] = Field(default_factory=list)
+    suspect_hosts: list[str] = field(default_factory=list)
+    suspect_ranks: list[int] = field(default_factory=list)
     reason: str
 
+    def __post_init__(self) -> None:
+        self.kind = _enum(ActionKind, self.kind)
 
-class CompressionStats(_Contract):
+
+@dataclass(slots=True, kw_only=True)
+class CompressionStats(Strict):
     bytes_in: int
     bytes_out: int
     lines_in: int
@@ -181,30 +208,31 @@ class CompressionStats(_Contract):
     lines_cut: int = 0
     encoding: str = "plain"
     ratio: float = 0.0
-    dropped_by_rule: dict[str, int] = Field(default_factory=dict)
-    warnings: list[str] = Field(default_factory=list)
+    dropped_by_rule: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
-class Progress(_Contract):
+@dataclass(slots=True, kw_only=True)
+class Progress(Strict):
     step: int | None = None
     line: int
     time: str | None = None
     text: str | None = None
 
 
-class Versions(_Contract):
+@dataclass(slots=True, kw_only=True)
+class Versions(Strict):
     rules: str
     prompt: str | None = None
     model: str | None = None
     logdx: str
 
 
-class Diagnosis(_Contract):
+@dataclass(slots=True, kw_only=True)
+class Diagnosis(Strict):
     """The diagnosis contract of DESIGN.md (`schema: logdx.diagnosis/v1`)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    schema_: str = Field(default=SCHEMA_ID, alias="schema")
+    schema: str = SCHEMA_ID
     root_cause: RootCause
     co_occurring: list[CoOccurring]
     action: Action
@@ -212,7 +240,7 @@ class Diagnosis(_Contract):
     compression: CompressionStats
     last_progress: Progress | None
     versions: Versions
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
-    def to_json_dict(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
+    def __post_init__(self) -> None:
+        self.decided_by = _enum(DecidedBy, self.decided_by)

@@ -102,7 +102,7 @@ class LLMRefiner:
         except Exception as exc:  # noqa: BLE001 - the LLM never fails a diagnosis
             log.warning("LLM review failed, keeping the rules' result: %r", exc)
             note = f"llm review failed ({type(exc).__name__}: {exc}); kept the rules result"
-            return (original.model_copy(update={"notes": [*original.notes, note[:500]]}),
+            return (dataclasses.replace(original, notes=[*original.notes, note[:500]]),
                     {"consulted": True, "verdict": None, "error": note[:500],
                      "calls": 0, "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0})
         totals = calls.totals()

@@ -134,7 +134,7 @@ def complete_diagnosis(*, session: Session, diagnosis_id: int, output: dict[str,
     row.model_version = versions.get("model")
     row.compressed_log_id = compressed.id
     row.failure_signature = output.get("signature")
-    row.fingerprint = fingerprint(Diagnosis.model_validate(result))
+    row.fingerprint = fingerprint(Diagnosis.from_json_dict(result))
     row.rule_id = root.get("rule_id")
     llm = output.get("llm")
     if llm:

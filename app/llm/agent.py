@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -324,7 +324,7 @@ class FailureAgent:
                 notes.append(f"example retrieval failed: {type(exc).__name__}: {exc}")
             if ev is not None:
                 return Refinement(self._apply_example_vote(result, ev, notes), verdict, None, similar, True)
-        return Refinement(original.model_copy(update={"notes": [*original.notes, *notes]}), verdict, rv, similar, True)
+        return Refinement(replace(original, notes=[*original.notes, *notes]), verdict, rv, similar, True)
 
     def _maybe_propose_rule(self, result: Any, v: AgentVerdict, diag: Diagnosis) -> None:
         if self.rule_sink is None or v.error_type is ErrorType.Unknown:
@@ -392,10 +392,10 @@ class FailureAgent:
                      f"with confidence {v.confidence:.2f}; "
                      + ("agrees with the rules" if same else
                         f"rules had {original.root_cause.error_type.value} ({original.root_cause.confidence:.2f})"))
-        return original.model_copy(update={
-            "root_cause": rc, "co_occurring": co if not same else original.co_occurring, "action": action,
-            "decided_by": DecidedBy.LLM, "notes": [*original.notes, *notes],
-            "versions": original.versions.model_copy(update={"prompt": v.prompt_ref, "model": v.model})})
+        return replace(
+            original, root_cause=rc, co_occurring=co if not same else original.co_occurring, action=action,
+            decided_by=DecidedBy.LLM, notes=[*original.notes, *notes],
+            versions=replace(original.versions, prompt=v.prompt_ref, model=v.model))
 
     def _apply_example_vote(self, result: Any, ev: Any, notes: list[str]) -> Diagnosis:
         original: Diagnosis = result.diagnosis
@@ -410,8 +410,8 @@ class FailureAgent:
                         result, ev.line)
         notes.append(f"example retrieval: {ev.error_type.value} (confidence {ev.confidence:.2f}) from line "
                      f"{ev.line}, nearest rules {rules}")
-        return original.model_copy(update={"root_cause": rc, "action": action, "decided_by": DecidedBy.RETRIEVAL,
-                                           "notes": [*original.notes, *notes]})
+        return replace(original, root_cause=rc, action=action, decided_by=DecidedBy.RETRIEVAL,
+                       notes=[*original.notes, *notes])
 
     def _apply_vote(self, result: Any, rv: RetrievalVote, notes: list[str]) -> Diagnosis:
         original: Diagnosis = result.diagnosis
@@ -428,8 +428,8 @@ class FailureAgent:
                         event.first_line if event is not None else None)
         notes.append(f"retrieval vote: {rv.error_type.value} (confidence {rv.confidence:.2f}) from {ids}; "
                      f"rules had {original.root_cause.error_type.value} ({original.root_cause.confidence:.2f})")
-        return original.model_copy(update={"root_cause": rc, "co_occurring": co, "action": action,
-                                           "decided_by": DecidedBy.RETRIEVAL, "notes": [*original.notes, *notes]})
+        return replace(original, root_cause=rc, co_occurring=co, action=action, decided_by=DecidedBy.RETRIEVAL,
+                       notes=[*original.notes, *notes])
 
 
 def _named(action: Action, result: Any, line: int | None = None) -> Action:

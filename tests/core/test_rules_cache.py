@@ -82,3 +82,38 @@ def test_the_cache_keeps_only_the_newest_rule_sets(rules_dir, tmp_path):
         diag.write_text(text + f"\n# edit {i}\n")
         load_rules(rules_dir)
     assert len(list(cache.glob("*.pickle"))) == rules_mod.CACHE_KEEP
+
+
+@pytest.mark.parametrize("file, old, new, message", [
+    ("diag.yaml", "    priority: 95\n", "    priority: 95\n    colour: red\n",
+     "rule t-ecc: colour: Extra inputs are not permitted"),
+    ("diag.yaml", "error_type: ECCError", "error_type: GremlinError", "rule t-ecc: error_type: Input should be"),
+    ("diag.yaml", "id: t-ecc", "id: T ECC", "rule T ECC: id: String should match pattern"),
+    ("diag.yaml", "priority: 95", "priority: 101", "rule t-ecc: priority: Input should be less than or equal to 100"),
+    ("diag.yaml", "examples: {match: ['CUDA error: uncorrectable ECC error encountered']}", "examples: {match: []}",
+     "rule t-ecc: examples.match: List should have at least 1 item"),
+    ("diag.yaml", "role: symptom", "role: bystander", "rule t-watchdog: role: Input should be"),
+    ("diag.yaml", "family: test\n", "family: test\nowner: me\n", "('owner',): Extra inputs are not permitted"),
+    ("diag.yaml", "family: test\n", "", "('family',): Field required"),
+    ("policies.yaml", "when: [low_confidence]", "when: [phase_of_moon]",
+     "rule low-confidence: when: Value error, unknown condition(s) ['phase_of_moon']"),
+    ("policies.yaml", "when: [low_confidence]", "when: [low_confidence]\n    preceded_by: '(unclosed'",
+     "rule low-confidence: preceded_by: Value error, does not compile (missing )"),
+], ids=["extra-key", "unknown-type", "bad-id", "priority-101", "no-examples", "unknown-role", "extra-header-key",
+        "no-family", "unknown-condition", "preceded-by-does-not-compile"])
+def test_a_bad_rule_file_is_refused_with_the_rule_and_field_named(rules_dir, file, old, new, message):
+    load_rules(rules_dir)  # a good version is cached: it must not stand in for the bad one
+    path = rules_dir / file
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new, 1))
+    with pytest.raises(RuleError) as info:
+        load_rules(rules_dir)
+    assert str(info.value).startswith(f"{file}: ") and message in str(info.value)
+
+
+def test_a_warm_cache_holds_plain_specs(rules_dir):
+    """What the cache pickles must not need pydantic to load: the specs are dataclasses."""
+    rs = load_rules(rules_dir)
+    for obj in [*(r.spec for r in rs.diagnosis), *(r.spec for r in rs.filters), *rs.policies]:
+        assert not any(c.__module__.startswith("pydantic") for c in type(obj).__mro__)
+    assert rs.diagnosis[0].spec.error_type.value == "ECCError"

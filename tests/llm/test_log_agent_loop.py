@@ -43,7 +43,7 @@ def test_filter_rule_for_a_new_metric_format_shrinks_the_next_compression(tmp_pa
     proposals = [p for p in propose_filter_rules(before.compressed) if p.rule is not None]
     assert len(proposals) == 1, [p.reason for p in propose_filter_rules(before.compressed)]
     rule = proposals[0].rule
-    spec = FilterRuleSpec.model_validate(rule.rule)  # the validated rule, as approval writes it
+    spec = FilterRuleSpec.from_json_dict(rule.rule)  # the validated rule, as approval writes it
     assert spec.extract and spec.progress and rule.validation["chosen"]["ok"]
     append_rule(rules_dir=rules_dir, kind=rule.kind, family=rule.family, rule=rule.rule)
 

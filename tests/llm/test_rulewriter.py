@@ -57,7 +57,7 @@ def test_diagnosis_writer_proposes_a_valid_generalising_rule():
     p = DiagnosisRuleWriter().propose(evidence=EVIDENCE, error_type=ErrorType.NCCLRemoteError,
                                       category=Category.INFRASTRUCTURE, sink=sink)
     assert p.rule is not None and p.proposal_id == "1", p.validations
-    spec = DiagnosisRuleSpec.model_validate(p.rule.rule)  # approval writes exactly this to rules/
+    spec = DiagnosisRuleSpec.from_json_dict(p.rule.rule)  # approval writes exactly this to rules/
     import regex
 
     compiled = regex.compile(spec.pattern)
@@ -74,7 +74,7 @@ def test_filter_writer_proposes_metric_filters_that_spare_error_lines():
     sink = InMemoryProposedRuleSink()
     proposals = FilterRuleWriter(negatives=errors, min_count=20).propose(lines, sink=sink)
     assert len(proposals) == 1 and proposals[0].rule is not None
-    spec = FilterRuleSpec.model_validate(proposals[0].rule.rule)
+    spec = FilterRuleSpec.from_json_dict(proposals[0].rule.rule)
     assert spec.filter.value == "metric"
     assert proposals[0].rule.validation["count"] == 40
 

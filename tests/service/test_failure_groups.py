@@ -26,7 +26,7 @@ def test_each_diagnosis_stores_its_fingerprint_rule_and_metric_series(app, clien
     out = _diagnose(client, sched, "1", sample_log())
     with app.state.services.db.transaction() as session:
         row = session.get(DiagnosisRow, out["id"])
-        assert row.fingerprint == fingerprint(Diagnosis.model_validate(out["diagnosis"]))
+        assert row.fingerprint == fingerprint(Diagnosis.from_json_dict(out["diagnosis"]))
         assert row.rule_id == out["diagnosis"]["root_cause"]["rule_id"]
         from app.logs.models import CompressedLog
 
@@ -79,7 +79,7 @@ def test_migration_fills_in_fingerprints_of_earlier_diagnoses(app, client, sched
     command.upgrade(cfg, "head")
     with db.transaction() as session:
         fp, rule = session.execute(select(DiagnosisRow.fingerprint, DiagnosisRow.rule_id)).one()
-    assert fp == fingerprint(Diagnosis.model_validate(out["diagnosis"]))
+    assert fp == fingerprint(Diagnosis.from_json_dict(out["diagnosis"]))
     assert rule == out["diagnosis"]["root_cause"]["rule_id"]
 
 

@@ -20,6 +20,7 @@ import regex
 from pydantic import ValidationError
 
 from app.core.rules import GROUP_NAMES, DiagnosisRuleSpec, FilterRuleSpec
+from app.core.validation import error_message
 
 PROBE_TIMEOUT_S = 0.05  # per probe; a linear-time pattern needs well under 1 ms per probe line
 PROBE_LENGTHS = (32, 4096)
@@ -114,7 +115,7 @@ def validate_rule(rule: dict[str, Any], *, kind: str, positives: Sequence[str], 
         v.negatives_matched = v.negatives_matched[:5]
     model = DiagnosisRuleSpec if kind == "diagnosis" else FilterRuleSpec
     try:
-        spec = model.model_validate(rule)
+        spec = model.from_json_dict(rule)
         for ex in spec.examples.match:
             if not compiled.search(ex, timeout=PROBE_TIMEOUT_S):
                 v.errors.append(f"example does not match: {ex[:120]!r}")
@@ -122,7 +123,7 @@ def validate_rule(rule: dict[str, Any], *, kind: str, positives: Sequence[str], 
             if compiled.search(ex, timeout=PROBE_TIMEOUT_S):
                 v.errors.append(f"no_match example matches: {ex[:120]!r}")
     except ValidationError as exc:
-        v.errors.append("not a valid rule: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+        v.errors.append("not a valid rule: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {error_message(e)}"
                                                           for e in exc.errors()))
     except TimeoutError:
         v.errors.append("an example timed out")

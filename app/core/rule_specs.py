@@ -1,0 +1,105 @@
+"""The schema of rule files (`rules/*.yaml`): what a diagnosis rule, a filter rule and a policy
+may say. Loading, compiling and caching them is `app/core/rules.py`.
+
+The specs are plain dataclasses: a warm rules cache unpickles them without importing pydantic. A
+cold cache checks each rule file's data with `validate` (app/core/validation.py) first: unknown
+keys, enums, id pattern, bounds, policy conditions and `preceded_by` patterns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Annotated, Literal
+
+import regex
+
+from app.core.types import ActionKind, Category, ErrorType, Role
+from app.core.validation import After, Check, Strict
+
+
+class FilterKind(StrEnum):
+    METRIC = "metric"
+    PROGRESS = "progress"
+    INIT = "init"
+    CHATTER = "chatter"
+    WARNING = "warning"
+
+
+RuleId = Annotated[str, Check(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
+
+
+@dataclass(slots=True, kw_only=True)
+class Examples(Strict):
+    match: Annotated[list[str], Check(min_length=1)]
+    no_match: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class _RuleBase(Strict):
+    id: RuleId
+    pattern: str
+    ignore_case: bool = False
+    hint: str | None = None
+    examples: Examples
+
+
+@dataclass(slots=True, kw_only=True)
+class DiagnosisRuleSpec(_RuleBase):
+    error_type: ErrorType
+    category: Category | None = None
+    role: Role = Role.CAUSE
+    priority: Annotated[int, Check(ge=0, le=100)] | None = None
+    action: ActionKind | None = None
+    # a named group whose captured exception class name, when canonical, becomes the type
+    type_from_group: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class FilterRuleSpec(_RuleBase):
+    filter: FilterKind
+    # named groups (step, loss, ...) are extracted as a metric series when true
+    extract: bool = False
+    # the line marks training progress (last-progress marker for hang detection)
+    progress: bool = False
+    # the line says training finished normally (needs progress: true): a log without an error
+    # after it is reported as no failure, not as a hang
+    completion: bool = False
+
+
+def _known_conditions(value: list[str]) -> list[str]:
+    from app.core.policy import CONDITIONS
+
+    unknown = [c for c in value if c not in CONDITIONS]
+    if unknown:
+        raise ValueError(f"unknown condition(s) {unknown}; known: {sorted(CONDITIONS)}")
+    return value
+
+
+def _compiles(value: str) -> str:
+    try:
+        regex.compile(value)
+    except regex.error as exc:  # not a ValueError: said here so that it is a rule error, not a crash
+        raise ValueError(f"does not compile ({exc}): {value!r}") from None
+    return value
+
+
+@dataclass(slots=True, kw_only=True)
+class PolicySpec(Strict):
+    id: RuleId
+    error_type: ErrorType | None = None
+    category: Category | None = None
+    when: Annotated[list[str], After(_known_conditions)] = field(default_factory=list)
+    # a regex one of the lines up to the root cause must match (its own line included): the
+    # job's own step that explains the error, e.g. rank 0 tokenizing before a collective timeout
+    preceded_by: Annotated[str, After(_compiles)] | None = None
+    action: ActionKind
+    reason: str
+
+
+@dataclass(slots=True, kw_only=True)
+class RuleFile(Strict):
+    kind: Literal["diagnosis", "filter", "policy"]
+    family: str
+    description: str | None = None
+    rules: list[DiagnosisRuleSpec] | list[FilterRuleSpec] | list[PolicySpec] = field(default_factory=list)
