@@ -910,8 +910,57 @@ static PyObject *set_simd(PyObject *Py_UNUSED(module), PyObject *arg) {
 #endif
 }
 
+/* lines_with(buf, needle, length, cap) -> [(start, end)]: the spans (without the newline) of the
+ * first `cap` lines of buf[:length] that contain `needle`, each line once. memmem runs without the
+ * GIL: the NCCL init lines this finds sit in the first 32 MiB of a log, and bytes.find was ~1.4
+ * GB/s there (placement.RankHosts.scan). */
+static PyObject *lines_with(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer buf;
+    const char *needle;
+    Py_ssize_t nlen, length, cap;
+    if (!PyArg_ParseTuple(args, "y*y#nn", &buf, &needle, &nlen, &length, &cap)) return NULL;
+    if (length < 0 || length > buf.len) length = buf.len;
+    if (cap < 0) cap = 0;
+    Py_ssize_t *spans = cap ? PyMem_RawMalloc(sizeof(Py_ssize_t) * 2 * (size_t)cap) : NULL;
+    if (cap && !spans) {
+        PyBuffer_Release(&buf);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t found = 0;
+    const char *base = buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t pos = 0;
+    while (nlen > 0 && found < cap && pos < length) {
+        const char *hit = memmem(base + pos, (size_t)(length - pos), needle, (size_t)nlen);
+        if (!hit) break;
+        Py_ssize_t at = hit - base, start = at, end;
+        while (start > 0 && base[start - 1] != '\n') start--;
+        const char *nl = memchr(hit, '\n', (size_t)(length - at));
+        end = nl ? nl - base : length;
+        spans[2 * found] = start;
+        spans[2 * found + 1] = end;
+        found++;
+        pos = end + 1;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyObject *out = PyList_New(found);
+    for (Py_ssize_t i = 0; out && i < found; i++) {
+        PyObject *pair = Py_BuildValue("(nn)", spans[2 * i], spans[2 * i + 1]);
+        if (!pair) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, pair);
+    }
+    PyMem_RawFree(spans);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"set_simd", set_simd, METH_O, "set_simd(enabled) -> previous setting of the SSSE3 compaction"},
+    {"lines_with", lines_with, METH_VARARGS,
+     "lines_with(buf, needle, length, cap) -> [(start, end)] of the lines of buf[:length] holding needle"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -29,6 +29,11 @@ import regex
 from app.core.fields import mpich_abort, prompt_host, split_launcher_prefix
 from app.core.types import Action, ActionKind
 
+try:  # memmem without the GIL (app/core/_shapescan.c); bytes.find is the fallback
+    from app.core._shapescan import lines_with
+except ImportError:  # pragma: no cover - depends on the build
+    lines_with = None
+
 NO_HOST = "No host can be named"  # starts the note of an isolate whose node the probe must find
 MAX_RANKS = 65_536
 SCAN_BYTES = 32 * 1024 * 1024
@@ -72,15 +77,11 @@ class RankHosts:
         if self.budget <= 0:
             return
         self.budget -= length
-        pos = buf.find(_MARK, 0, length)
-        while pos >= 0:
-            start = buf.rfind(b"\n", 0, pos) + 1
-            end = buf.find(b"\n", pos, length)
-            end = length if end < 0 else end
+        for start, end in (lines_with(buf, _MARK, length, MAX_RANKS * 4) if lines_with is not None
+                           else _lines_with(buf, _MARK, length)):
             m = _INIT_RE.match(bytes(buf[start:min(end, start + 1024)]))
             if m:
                 self.add(int(m.group("rank")), m.group("host").decode("ascii", "replace"), int(m.group("nranks")))
-            pos = buf.find(_MARK, end, length)
 
     def add(self, rank: int, host: str, nranks: int) -> None:
         if nranks < self.world or rank >= nranks:
@@ -127,6 +128,17 @@ class RankHosts:
     def mapping(self) -> dict[int, str]:
         """rank -> host: NCCL's world communicator first, failure reports for other ranks."""
         return {**self.summary, **self.hosts}
+
+
+def _lines_with(buf: bytes | bytearray, needle: bytes, length: int):
+    """(start, end) of each line of buf[:length] that holds `needle` (the C loop's `lines_with`)."""
+    pos = buf.find(needle, 0, length)
+    while pos >= 0:
+        start = buf.rfind(b"\n", 0, pos) + 1
+        end = buf.find(b"\n", pos, length)
+        end = length if end < 0 else end
+        yield start, end
+        pos = buf.find(needle, end, length)
 
 
 def session_host(templates, line: int) -> str | None:

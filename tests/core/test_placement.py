@@ -174,3 +174,21 @@ def test_a_failure_printed_in_a_shell_session_names_the_prompt_host(pipeline, li
     assert d.action.suspect_hosts == ([host] if host else [])
     if host:
         assert "shell session" in d.action.reason
+
+
+def test_lines_with_in_c_finds_the_lines_bytes_find_finds():
+    """RankHosts.scan looks for NCCL init lines with the C loop's memmem (no GIL): the same
+    (start, end) spans as the bytes.find walk, each line once, cut at `length`, at most `cap`."""
+    import random
+
+    from app.core.placement import _MARK, _lines_with
+
+    lines_with = pytest.importorskip("app.core._shapescan").lines_with
+    rng = random.Random(3)
+    pieces = [b" nranks ", b"nranks", b"\n", b"x", b" ", b"rank 3 nranks 8 ", b"\r"]
+    for _ in range(500):
+        buf = b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 30)))
+        length = rng.randrange(0, len(buf) + 1)
+        want = list(_lines_with(buf, _MARK, length))
+        assert lines_with(buf, _MARK, length, 1000) == want, (buf, length)
+        assert lines_with(bytearray(buf), _MARK, length, 2) == want[:2]
