@@ -32,7 +32,10 @@ def re2_form(pattern: str, flags: int) -> str | None:
     """The pattern as the RE2 set runs it (its `set_form`: only whether it matches counts there),
     or None when RE2 cannot run it identically. Rule sets cache this form."""
     text = _re2_compatible(pattern, flags)
-    return None if text is None else set_form(text)
+    if text is None:
+        return None
+    short = set_form(text)
+    return short if short == text or _re2_compatible(short, 0) is not None else text
 
 
 def _re2_compatible(pattern: str, flags: int) -> str | None:

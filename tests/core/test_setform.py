@@ -128,3 +128,12 @@ def test_multimatcher_finds_the_same_rules_as_the_patterns(ruleset):
         line = " ".join(rng.sample(examples, 2))
         expected = [i for i, r in enumerate(ruleset.diagnosis) if r.regex.search(line)]
         assert matcher.match_indices(line) == expected, line
+
+
+def test_a_set_form_re2_rejects_falls_back_to_the_pattern(monkeypatch):
+    """The set form is checked once, when the rule set is built: should it ever not compile, the
+    set runs the pattern as written instead of failing to build."""
+    import app.core.matcher as matcher
+
+    monkeypatch.setattr(matcher, "set_form", lambda text: "(unbalanced")
+    assert matcher.re2_form(r"(?:x)?NCCL WARN", 0) == r"(?:x)?NCCL WARN"
