@@ -1,5 +1,5 @@
 /*
- * A line's shape hash: the line with its ASCII digits deleted, hashed 8 bytes at a time.
+ * A line's shape hash: the line with its ASCII digits deleted, hashed 16 bytes at a time.
  * Included by _shapescan.c (one translation unit); `init_simd()` runs at module load.
  */
 #ifndef LOGDX_SHAPEHASH_H
@@ -18,8 +18,9 @@ static inline uint64_t mix64(uint64_t h) {
 }
 
 /* Hash of the line with digits deleted. Bytes are compacted (digits skipped) into a small buffer
- * that is hashed 8 bytes at a time; the partial word left at the end of a block is carried into
- * the next block, so the hash depends only on the digit-deleted bytes, not on where blocks end.
+ * that is hashed 16 bytes at a time (two lanes); the bytes left at the end of a block are carried
+ * into the next block, so the hash depends only on the digit-deleted bytes, not on where blocks
+ * end.
  * Compaction is 16 bytes per step with SSSE3 (a digit mask, then a byte shuffle per 8-byte half
  * from a 256-entry table), else one byte per step, branch-free (the digits of metric lines are
  * random, so a branch would mispredict). Both give the same buffer, hence the same hash. */
@@ -93,29 +94,36 @@ static inline size_t compact(const unsigned char *p, size_t n, unsigned char *ou
 }
 
 static inline uint64_t shape_hash(const unsigned char *p, const unsigned char *end) {
+    /* two independent lanes, 16 bytes a step: one lane's multiply-xorshift chain was the scan's
+     * critical path (each step waits for the last multiply) */
     unsigned char tmp[BLOCK + 32];
-    uint64_t h = 0x9E3779B97F4A7C15ULL;
+    uint64_t h0 = 0x9E3779B97F4A7C15ULL, h1 = 0xC2B2AE3D27D4EB4FULL;
     size_t carry = 0, total = 0;
     while (p < end) {
         size_t n = (size_t)(end - p);
         if (n > BLOCK) n = BLOCK;
         size_t k = carry + compact(p, n, tmp + carry);
         p += n;
-        size_t full = k & ~(size_t)7;
-        for (size_t i = 0; i < full; i += 8) {
-            uint64_t w;
-            memcpy(&w, tmp + i, 8);
-            h = (h ^ w) * 0x100000001B3ULL;
-            h ^= h >> 29;
+        size_t full = k & ~(size_t)15;
+        for (size_t i = 0; i < full; i += 16) {
+            uint64_t w0, w1;
+            memcpy(&w0, tmp + i, 8);
+            memcpy(&w1, tmp + i + 8, 8);
+            h0 = (h0 ^ w0) * 0x100000001B3ULL;
+            h1 = (h1 ^ w1) * 0x100000001B3ULL;
+            h0 ^= h0 >> 29;
+            h1 ^= h1 >> 29;
         }
         total += full;
         carry = k - full;
         memmove(tmp, tmp + full, carry);
     }
-    uint64_t w = 0;
-    memcpy(&w, tmp, carry);
-    h = (h ^ w ^ ((uint64_t)carry << 56)) * 0x100000001B3ULL;
-    h = mix64(h ^ (total + carry));
+    uint64_t w0 = 0, w1 = 0; /* the last 0-15 bytes */
+    memcpy(&w0, tmp, carry < 8 ? carry : 8);
+    if (carry > 8) memcpy(&w1, tmp + 8, carry - 8);
+    h0 = (h0 ^ w0 ^ ((uint64_t)carry << 56)) * 0x100000001B3ULL;
+    h1 = (h1 ^ w1) * 0x100000001B3ULL;
+    uint64_t h = mix64(h0 ^ ((h1 << 32) | (h1 >> 32)) ^ (total + carry));
     return h ? h : 1;
 }
 

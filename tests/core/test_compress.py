@@ -471,3 +471,24 @@ def test_c_and_python_loops_agree_on_a_log_of_every_line_class(ruleset, seed, ch
     assert fast.stats.dropped_by_rule.get("tqdm-bar")  # the \r bars, prefixed or not
     assert {"10.0.0.15", "node-000"} <= set(fast.known_hosts)
     assert fast.rank_hosts.get(37) == "node-004"  # torchrun's summary behind the pdsh prefix
+
+
+@pytest.mark.skipif(ShapeTable is None, reason="C scan loop not built")
+def test_c_shape_hash_tells_apart_shapes_that_differ_in_one_byte_anywhere():
+    """The hash runs two 8-byte lanes and carries the last 0-15 bytes of a block: a shape that
+    differs from a known one in any single byte, at any length, is not taken for it."""
+    import random
+
+    rnd = random.Random(11)
+    table = ShapeTable(2)
+    known = []
+    for n in [*range(1, 48), 255, 256, 257, 271, 272, 300]:
+        shape = bytes(rnd.choice(b"abcdefgh :=") for _ in range(n))
+        table.add(shape, 1)
+        known.append(shape)
+    for shape in known:
+        assert table.has(shape)
+        for i in range(len(shape)):
+            other = shape[:i] + (b"Z" if shape[i:i + 1] != b"Z" else b"Y") + shape[i + 1:]
+            assert not table.has(other), (shape, i)
+        assert not table.has(shape + b"a") and not table.has(shape[:-1])
