@@ -23,7 +23,6 @@ import re
 import regex
 
 from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule
-from app.core.setform import set_form
 
 MAX_VARIANTS = 1 << 18  # the same cap as MAX_VARIANTS in _shapescan.c: past it, lines are counted
 NO_FIELD = (0, -1)  # an empty shape-position range
@@ -105,6 +104,19 @@ def relax_digits(pattern: str) -> str:
     return "".join(out)
 
 
+def digit_form(pattern: str, flags: int) -> tuple[str, str] | None:
+    """How DigitSensitivity runs a diagnosis rule: None when the pattern has no digit atom (its
+    relaxation is itself), ("re2", the relaxation's set form) or ("regex", the relaxation) when
+    RE2 cannot run it. Computed once, when the rules cache is built."""
+    from app.core.matcher import re2_form
+
+    loose = relax_digits(pattern)
+    if loose == pattern:
+        return None
+    text = re2_form(loose, flags)
+    return ("re2", text) if text is not None else ("regex", loose)
+
+
 class DigitSensitivity:
     """Does a diagnosis rule match a line of this shape for some other digits? (built on first
     use: only logs with surviving lines pay for it)."""
@@ -119,17 +131,22 @@ class DigitSensitivity:
 
         rset = re2.Set.SearchSet(re2.Options())
         for rule in self._rules:
-            loose = relax_digits(rule.regex.pattern)
-            if loose == rule.regex.pattern:
+            form = getattr(rule.regex, "digit_form", ...)  # the rules cache holds it
+            if form is ...:
+                form = digit_form(rule.regex.pattern, rule.regex.flags)
+            if form is None:
                 continue
-            text = f"(?i:{loose})" if rule.regex.flags & regex.IGNORECASE else loose
-            try:
-                rset.Add(set_form(text))
-            except Exception:  # not RE2 syntax (lookaround...): searched with `regex`
+            kind, text = form
+            if kind == "re2":
                 try:
-                    self._slow.append(regex.compile(loose, rule.regex.flags))
-                except regex.error:  # a relaxation that does not compile: the rule as written
-                    self._slow.append(rule.regex)
+                    rset.Add(text)
+                    continue
+                except Exception:  # (re2_form checked it compiles alone): searched with `regex`
+                    text = relax_digits(rule.regex.pattern)
+            try:
+                self._slow.append(regex.compile(text, rule.regex.flags))
+            except regex.error:  # a relaxation that does not compile: the rule as written
+                self._slow.append(rule.regex)
         rset.Compile()
         return rset
 

@@ -26,6 +26,7 @@ import os
 import pickle
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import EllipsisType
 
 import regex
 
@@ -40,7 +41,7 @@ GROUP_NAMES = {"rank", "host", "gpu", "xid", "exc", "pid", "node", "local_rank",
                "step", "loss", "grad_norm", "loss_scale", "lr", "throughput", "time", "detail"}
 DEFAULT_PRIORITY = {Role.CAUSE: 50, Role.WRAPPER: 20, Role.SYMPTOM: 10}
 MATCH_TIMEOUT_S = 0.05
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 class RuleError(ValueError):
@@ -51,12 +52,14 @@ class LazyPattern:
     """A validated pattern compiled with `regex` on first use: `pattern`, `flags` and the RE2
     form need no compilation (the multi-pattern matcher runs most lines through RE2)."""
 
-    __slots__ = ("pattern", "flags", "re2_text", "_compiled")
+    __slots__ = ("pattern", "flags", "re2_text", "digit_form", "_compiled")
 
-    def __init__(self, pattern: str, flags: int, re2_text: str | None, compiled: regex.Pattern | None = None) -> None:
+    def __init__(self, pattern: str, flags: int, re2_text: str | None, compiled: regex.Pattern | None = None,
+                 digit_form: tuple[str, str] | None | EllipsisType = ...) -> None:
         self.pattern = pattern
         self.flags = flags
         self.re2_text = re2_text  # the pattern as the RE2 set runs it (set_form), None when RE2 cannot
+        self.digit_form = digit_form  # a diagnosis rule's keptshapes.digit_form (`...`: not computed)
         self._compiled = compiled
 
     @property
@@ -66,10 +69,10 @@ class LazyPattern:
         return self._compiled
 
     def __getstate__(self):
-        return (self.pattern, self.flags, self.re2_text)
+        return (self.pattern, self.flags, self.re2_text, self.digit_form)
 
     def __setstate__(self, state) -> None:
-        self.pattern, self.flags, self.re2_text = state
+        self.pattern, self.flags, self.re2_text, self.digit_form = state
         self._compiled = None
 
     def search(self, *args, **kwargs):
@@ -218,7 +221,7 @@ def _schema_digest() -> bytes:
     """What the cached form depends on besides the rule files: the code that validates them."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256(f"{CACHE_FORMAT}:{pickle.HIGHEST_PROTOCOL}".encode())
-    for name in ("rules.py", "rule_specs.py", "types.py", "validation.py", "policy.py", "matcher.py", "setform.py"):
+    for name in ("rules.py", "rule_specs.py", "types.py", "validation.py", "policy.py", "matcher.py", "setform.py", "keptshapes.py"):
         digest.update((here / name).read_bytes())
     return digest.digest()
 
@@ -290,6 +293,7 @@ def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] |
 
 
 def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
+    from app.core.keptshapes import digit_form
     from app.core.matcher import re2_form
 
     ruleset = RuleSet()
@@ -314,6 +318,7 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
             _check_groups(compiled, where, spec.pattern)
             lazy = LazyPattern(compiled.pattern, compiled.flags, re2_form(compiled.pattern, compiled.flags), compiled)
             if isinstance(spec, DiagnosisRuleSpec):
+                lazy.digit_form = digit_form(compiled.pattern, compiled.flags)
                 if spec.type_from_group and spec.type_from_group not in compiled.groupindex:
                     raise RuleError(f"{where}: type_from_group {spec.type_from_group!r} is not a group of {spec.pattern!r}")
                 ruleset.diagnosis.append(DiagnosisRule(spec, rel, lazy))

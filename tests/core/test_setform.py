@@ -137,3 +137,26 @@ def test_a_set_form_re2_rejects_falls_back_to_the_pattern(monkeypatch):
 
     monkeypatch.setattr(matcher, "set_form", lambda text: "(unbalanced")
     assert matcher.re2_form(r"(?:x)?NCCL WARN", 0) == r"(?:x)?NCCL WARN"
+
+
+def test_digit_sensitivity_from_the_cached_forms_answers_as_computed_ones(ruleset):
+    """The rules cache holds each diagnosis rule's relaxed-digit form (keptshapes.digit_form), so
+    a process builds DigitSensitivity without relaxing 150 patterns: it answers exactly as one
+    built from forms computed on the spot."""
+    import copy
+
+    from app.core.keptshapes import DigitSensitivity, digit_form
+
+    fresh_rules = []
+    for rule in ruleset.diagnosis:
+        assert rule.regex.digit_form == digit_form(rule.regex.pattern, rule.regex.flags)
+        lazy = copy.copy(rule.regex)
+        lazy.digit_form = ...  # not computed: DigitSensitivity computes it
+        fresh_rules.append(type(rule)(rule.spec, rule.source, lazy))
+    assert sum(r.regex.digit_form is not None for r in ruleset.diagnosis) > 50
+    cached, fresh = DigitSensitivity(ruleset.diagnosis), DigitSensitivity(fresh_rules)
+    lines = [e for r in ruleset.diagnosis for e in [*r.spec.examples.match, *r.spec.examples.no_match]]
+    lines += ["loss scale to: 0.25", "Xid 13 on GPU 0000:3b:00.0", "step 12 of 100 warning: odd on worker 3"]
+    answers = [cached(line) for line in lines]
+    assert answers == [fresh(line) for line in lines]
+    assert any(answers) and not all(answers)
