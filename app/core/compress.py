@@ -1,5 +1,6 @@
-"""Compress a log source: sequentially for streams and gz/zst, in byte ranges scanned by one
-process per core for large plain files (findings merged in order)."""
+"""Compress a log source: sequentially for streams and gz/zst, in byte ranges for large plain
+files (the first range in this process, each further one in a forked child, one per core;
+findings merged in order)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def _ranges(path: Path, parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-def _compress_range(args: tuple[str, int, int, int, bool, Limits | None]) -> tuple[Partial, IngestReport]:
+def _compress_range(args: tuple[str, int, int, int, bool, Limits | None],
+                    tick: Callable[[], None] | None = None) -> tuple[Partial, IngestReport]:
     path, start, end, chunk_size, use_c, limits = args
     assert _WORKER_RULESET is not None
     report = IngestReport()
@@ -73,40 +75,77 @@ def _compress_range(args: tuple[str, int, int, int, bool, Limits | None]) -> tup
         if done is not None:
             with done.get_lock():
                 done.value += length
+            if tick is not None:
+                tick()
     return comp.partial(), report
+
+
+def _range_child(conn, args) -> None:
+    """A forked worker: its range's findings (or the exception that stopped it) down the pipe."""
+    try:
+        result = ("ok", _compress_range(args))
+    except BaseException as exc:  # handed to the parent, which raises it
+        result = ("error", exc)
+    try:
+        conn.send(result)
+    except Exception as exc:  # (an exception that does not pickle)
+        conn.send(("error", RuntimeError(f"compression worker failed: {exc!r}")))
+    finally:
+        conn.close()
 
 
 def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: int,
                        on_progress: Callable[[int], None] | None, use_c: bool,
                        limits: Limits | None = None) -> CompressedLog:
+    """The first byte range is scanned here, the others by forked children (one per further
+    core) that send back their findings; a child that dies is an error, not a wait."""
     import multiprocessing  # (only large plain files are scanned in parallel)
 
     global _WORKER_RULESET, _WORKER_PROGRESS
     _WORKER_RULESET = ruleset
     ranges = _ranges(path, workers)
     ctx = multiprocessing.get_context("fork")
-    # bytes the workers have scanned, shared through fork; the parent turns it into progress
+    # bytes scanned, shared through fork; the parent turns it into progress
     _WORKER_PROGRESS = ctx.Value("q", 0) if on_progress else None
+    args = [(str(path), a, b, chunk_size, use_c, limits) for a, b in ranges]
+    reported = 0
+
+    def report_progress() -> None:
+        nonlocal reported
+        done = _WORKER_PROGRESS.value if _WORKER_PROGRESS is not None else 0
+        if done > reported:
+            on_progress(done - reported)
+            reported = done
+
+    children = []
     try:
-        with ctx.Pool(len(ranges)) as pool:
-            pending = pool.map_async(_compress_range,
-                                     [(str(path), a, b, chunk_size, use_c, limits) for a, b in ranges])
-            reported = 0
-
-            def report_progress() -> None:
-                nonlocal reported
-                done = _WORKER_PROGRESS.value if _WORKER_PROGRESS is not None else 0
-                if done > reported:
-                    on_progress(done - reported)
-                    reported = done
-
-            while not pending.ready():
-                pending.wait(PROGRESS_POLL_S)
+        for job in args[1:]:
+            receive, send = ctx.Pipe(duplex=False)
+            child = ctx.Process(target=_range_child, args=(send, job), name="logdx-range", daemon=True)
+            child.start()
+            send.close()
+            children.append((child, receive))
+        results = [_compress_range(args[0], report_progress if on_progress else None)]
+        for child, receive in children:
+            while on_progress and not receive.poll(PROGRESS_POLL_S):
                 report_progress()
+            try:
+                status, value = receive.recv()
+            except EOFError:
+                child.join()
+                raise RuntimeError(f"a compression worker died (exit code {child.exitcode})") from None
+            if status == "error":
+                raise value
+            results.append(value)
+        if on_progress:
             report_progress()
-            results = pending.get()
     finally:
         _WORKER_PROGRESS = None
+        for child, receive in children:
+            receive.close()
+            if child.is_alive():
+                child.terminate()
+            child.join()
     report = IngestReport()
     for _, r in results:
         report.bytes_read += r.bytes_read

@@ -492,3 +492,33 @@ def test_c_shape_hash_tells_apart_shapes_that_differ_in_one_byte_anywhere():
             other = shape[:i] + (b"Z" if shape[i:i + 1] != b"Z" else b"Y") + shape[i + 1:]
             assert not table.has(other), (shape, i)
         assert not table.has(shape + b"a") and not table.has(shape[:-1])
+
+
+def test_a_range_worker_that_dies_or_fails_is_an_error_not_a_wait(tmp_path, rules_min, monkeypatch):
+    """The first byte range is scanned in this process, the second by a forked child: a child
+    killed mid-scan (out of memory, a signal) ends the compression with an error naming its exit
+    code instead of waiting forever, and an exception in the child is raised here."""
+    import os
+
+    path = tmp_path / "big.log"
+    path.write_text(make_log(20_000))
+    monkeypatch.setattr(compress_mod, "PARALLEL_MIN_BYTES", 1)
+    scan = compress_mod._compress_range
+
+    def dies(args, tick=None):
+        if args[1] > 0:  # the child's range
+            os._exit(3)
+        return scan(args, tick)
+
+    monkeypatch.setattr(compress_mod, "_compress_range", dies)
+    with pytest.raises(RuntimeError, match="exit code 3"):
+        compress_mod.compress_source(path, rules_min, workers=2, chunk_size=64 * 1024)
+
+    def fails(args, tick=None):
+        if args[1] > 0:
+            raise ValueError("bad range")
+        return scan(args, tick)
+
+    monkeypatch.setattr(compress_mod, "_compress_range", fails)
+    with pytest.raises(ValueError, match="bad range"):
+        compress_mod.compress_source(path, rules_min, workers=2, chunk_size=64 * 1024)
