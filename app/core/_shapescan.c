@@ -412,12 +412,8 @@ static PyObject *lines_with(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y#nn", &buf, &needle, &nlen, &length, &cap)) return NULL;
     if (length < 0 || length > buf.len) length = buf.len;
     if (cap < 0) cap = 0;
-    Py_ssize_t *spans = cap ? PyMem_RawMalloc(sizeof(Py_ssize_t) * 2 * (size_t)cap) : NULL;
-    if (cap && !spans) {
-        PyBuffer_Release(&buf);
-        return PyErr_NoMemory();
-    }
-    Py_ssize_t found = 0;
+    Py_ssize_t *spans = NULL, found = 0, room = 0;
+    int failed = 0;
     const char *base = buf.buf;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t pos = 0;
@@ -428,6 +424,16 @@ static PyObject *lines_with(PyObject *Py_UNUSED(module), PyObject *args) {
         while (start > 0 && base[start - 1] != '\n') start--;
         const char *nl = memchr(hit, '\n', (size_t)(length - at));
         end = nl ? nl - base : length;
+        if (found == room) { /* grown as lines are found: most buffers hold none */
+            Py_ssize_t want = room ? 2 * room : 64;
+            Py_ssize_t *more = PyMem_RawRealloc(spans, sizeof(Py_ssize_t) * 2 * (size_t)want);
+            if (!more) {
+                failed = 1;
+                break;
+            }
+            spans = more;
+            room = want;
+        }
         spans[2 * found] = start;
         spans[2 * found + 1] = end;
         found++;
@@ -435,6 +441,10 @@ static PyObject *lines_with(PyObject *Py_UNUSED(module), PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
+    if (failed) {
+        PyMem_RawFree(spans);
+        return PyErr_NoMemory();
+    }
     PyObject *out = PyList_New(found);
     for (Py_ssize_t i = 0; out && i < found; i++) {
         PyObject *pair = Py_BuildValue("(nn)", spans[2 * i], spans[2 * i + 1]);

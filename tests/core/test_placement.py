@@ -192,3 +192,5 @@ def test_lines_with_in_c_finds_the_lines_bytes_find_finds():
         want = list(_lines_with(buf, _MARK, length))
         assert lines_with(buf, _MARK, length, 1000) == want, (buf, length)
         assert lines_with(bytearray(buf), _MARK, length, 2) == want[:2]
+    many = b"".join(b"node-%d:1:2 [0] NCCL INFO rank %d nranks 512 x\n" % (r // 8, r) for r in range(512))
+    assert lines_with(many, _MARK, len(many), 10_000) == list(_lines_with(many, _MARK, len(many)))
