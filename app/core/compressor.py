@@ -89,7 +89,7 @@ class Compressor:
         # the C scan loop when it is built (see app/core/_shapescan.c); same results either way
         self._table = ShapeTable(max(1, len(ruleset.filters)), MAX_SET_MEMBERS) if (use_c and ShapeTable is not None) else None
         self._sample_every = 1
-        self._metrics = MetricSampler(self._known_ranks)
+        self._metrics = MetricSampler(self._note_rank)
         digit_sensitive = ruleset.derived("digit_sensitivity", lambda: DigitSensitivity(ruleset.diagnosis))
         self._slots = KeptSlots(self._table, digit_sensitive, line_cap, MAX_SHAPE_CACHE,
                                 self._known_ranks, self._known_hosts)

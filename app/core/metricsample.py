@@ -9,10 +9,10 @@ values turn NaN is a new shape (`nan` has no digits), so every such line is read
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from itertools import compress
 
 from app.core.compressed import MAX_METRIC_POINTS, MetricPoint, decode_line, thin_metrics
-from app.core.fields import extract_rank
 from app.core.rules import MATCH_TIMEOUT_S, FilterRule
 
 METRIC_SAMPLES_PER_CHUNK = 64
@@ -35,13 +35,13 @@ def _float(value: str | None) -> float | None:
 
 
 class MetricSampler:
-    """The metric series and NaN points of one compressor. Ranks seen on metric lines go into
-    `known_ranks` (shared with the compressor): a rank that only prints metrics still exists."""
+    """The metric series and NaN points of one compressor. Every metric line read is passed to
+    `note_rank` (the compressor's): a rank that only prints metrics still exists."""
 
-    def __init__(self, known_ranks: set[int]) -> None:
+    def __init__(self, note_rank: Callable[[str], None]) -> None:
         self.points: list[MetricPoint] = []
         self.nan: list[MetricPoint] = []
-        self._known_ranks = known_ranks
+        self._note_rank = note_rank
         self._extracted: set[int] = set()  # line numbers already read in this chunk
 
     def new_chunk(self) -> None:
@@ -51,9 +51,7 @@ class MetricSampler:
         if line_no in self._extracted:  # a new shape's first line may be sampled again
             return
         self._extracted.add(line_no)
-        rank = extract_rank(text)
-        if rank is not None:
-            self._known_ranks.add(rank)
+        self._note_rank(text)
         try:
             m = rule.regex.search(text, timeout=MATCH_TIMEOUT_S)
         except TimeoutError:
