@@ -387,18 +387,41 @@ static PyTypeObject ShapeTableType = {
     .tp_as_sequence = &ShapeTable_as_sequence,
 };
 
-/* set_simd(enabled) -> previous: choose the compaction (tests compare both; a no-op without SSSE3) */
+/* set_simd(level) -> previous level: choose the compaction (tests compare them all). A level is
+ * 0 (the byte loop), 1 (SSSE3) or 2 (AVX-512 VBMI2); True is the best this CPU has, False is 0; a
+ * level the CPU lacks falls back to the best one below it. */
 static PyObject *set_simd(PyObject *Py_UNUSED(module), PyObject *arg) {
-    int on = PyObject_IsTrue(arg);
-    if (on < 0) return NULL;
+    long level;
+    if (PyBool_Check(arg)) {
+        level = arg == Py_True ? SIMD_AVX512 : SIMD_NONE;
+    } else {
+        level = PyLong_AsLong(arg);
+        if (level == -1 && PyErr_Occurred()) return NULL;
+    }
 #ifdef HAVE_SIMD_COMPACT
-    int prev = use_simd;
-    __builtin_cpu_init();
-    use_simd = on && __builtin_cpu_supports("ssse3");
-    return PyBool_FromLong(prev);
+    int prev = use_simd, best = best_simd();
+    use_simd = level <= SIMD_NONE ? SIMD_NONE : (level < best ? (int)level : best);
+    return PyLong_FromLong(prev);
 #else
-    Py_RETURN_FALSE;
+    (void)level;
+    return PyLong_FromLong(0);
 #endif
+}
+
+/* simd_levels() -> the compaction levels this CPU can run (see set_simd) */
+static PyObject *simd_levels(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) {
+#ifdef HAVE_SIMD_COMPACT
+    int best = best_simd();
+#else
+    int best = 0;
+#endif
+    PyObject *out = PyList_New(0);
+    for (int level = 0; out && level <= best; level++) {
+        PyObject *v = PyLong_FromLong(level);
+        if (!v || PyList_Append(out, v) < 0) Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    return out;
 }
 
 /* lines_with(buf, needle, length, cap) -> [(start, end)]: the spans (without the newline) of the
@@ -459,7 +482,9 @@ static PyObject *lines_with(PyObject *Py_UNUSED(module), PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"set_simd", set_simd, METH_O, "set_simd(enabled) -> previous setting of the SSSE3 compaction"},
+    {"set_simd", set_simd, METH_O,
+     "set_simd(level) -> previous level of the compaction (0 bytes, 1 SSSE3, 2 AVX-512; True: the best)"},
+    {"simd_levels", simd_levels, METH_NOARGS, "simd_levels() -> the compaction levels this CPU can run"},
     {"lines_with", lines_with, METH_VARARGS,
      "lines_with(buf, needle, length, cap) -> [(start, end)] of the lines of buf[:length] holding needle"},
     {NULL, NULL, 0, NULL},

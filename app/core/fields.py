@@ -82,13 +82,21 @@ SHAPE_DELETE_STR = str.maketrans("", "", "0123456789")
 
 def rank_match(text: str) -> regex.Match | None:
     """The match whose group 1 is the line's rank (its span locates the field in the line)."""
-    # all but the last pattern need `rank`/`Rank`/`RANK` or `default`: most metric lines have neither
-    tagged = "ank" in text or "ANK" in text or "default" in text
-    for rx in _RANK_RES if tagged else _RANK_RES[-1:]:
-        m = rx.search(text)
+    # all but the last pattern need `rank`/`Rank`/`RANK` or `default` (most metric lines have
+    # neither), and each of them runs only on a line holding the literal it starts with: a
+    # `0_default` or a `rank` elsewhere in a line no longer sends it through three searches
+    if "ank" in text or "ANK" in text or "default" in text:
+        bracket, default, named, _ = _RANK_RES
+        m = ("[rank" in text or "[Rank" in text or "[RANK" in text) and bracket.search(text)
         if m:
             return m
-    return None
+        m = text.startswith("[default") and default.search(text)
+        if m:
+            return m
+        m = ("rank=" in text or "rank:" in text) and named.search(text)
+        if m:
+            return m
+    return _RANK_RES[-1].search(text)
 
 
 def host_match(text: str) -> regex.Match | None:

@@ -185,31 +185,48 @@ def test_c_shape_hash_ignores_digits_of_any_width_in_long_lines():
 
 @pytest.mark.skipif(ShapeTable is None, reason="C scan loop not built")
 def test_vector_and_byte_compaction_hash_every_shape_the_same():
-    """The SSSE3 compaction (16 bytes a step) and the byte loop must give one hash per shape:
-    tables built with one are probed with the other, at every length around the 16-byte steps
-    and the 256-byte blocks, with digits at random places (and bytes that are not ASCII)."""
+    """Every compaction this CPU can run (AVX-512 64 bytes a step, SSSE3 16 bytes a step, the
+    byte loop) must give one hash per shape: tables built with one are probed with each other, at
+    every length around the 16-, 32- and 64-byte steps and the 256-byte blocks, with digits at
+    random places (and bytes that are not ASCII)."""
     import random
 
-    from app.core._shapescan import set_simd
+    from app.core._shapescan import set_simd, simd_levels
 
+    levels = simd_levels()
+    assert levels[0] == 0
     rnd = random.Random(7)
     alphabet = b"ab :=[]|.-_/\t\x80\xff"
     previous = set_simd(True)
     try:
-        for n in [*range(0, 40), *range(240, 290), 700]:
+        for n in [*range(0, 70), *range(120, 135), *range(240, 330), 511, 512, 513, 700]:
             shape = bytes(rnd.choice(alphabet) for _ in range(n))
             with_digits = bytearray()
             for c in shape:
                 if rnd.random() < 0.3:
                     with_digits += str(rnd.randrange(10 ** rnd.randrange(1, 12))).encode()
                 with_digits.append(c)
-            for build, probe in ((True, False), (False, True), (True, True)):
+            for build in levels:
                 set_simd(build)
                 table = ShapeTable(1)
                 table.add(shape, 0)
-                set_simd(probe)
-                assert table.has(bytes(with_digits)), (n, build, probe)
-                assert not table.has(shape + b"x")
+                for probe in levels:
+                    set_simd(probe)
+                    assert table.has(bytes(with_digits)), (n, build, probe)
+                    assert not table.has(shape + b"x"), (n, build, probe)
+    finally:
+        set_simd(previous)
+
+
+def test_set_simd_falls_back_to_a_level_the_cpu_has():
+    from app.core._shapescan import set_simd, simd_levels
+
+    best = simd_levels()[-1]
+    previous = set_simd(True)
+    try:
+        assert set_simd(99) == best  # True chose the best level
+        assert set_simd(False) == best  # 99 fell back to it
+        assert set_simd(best) == 0
     finally:
         set_simd(previous)
 
@@ -475,14 +492,14 @@ def test_c_and_python_loops_agree_on_a_log_of_every_line_class(ruleset, seed, ch
 
 @pytest.mark.skipif(ShapeTable is None, reason="C scan loop not built")
 def test_c_shape_hash_tells_apart_shapes_that_differ_in_one_byte_anywhere():
-    """The hash runs two 8-byte lanes and carries the last 0-15 bytes of a block: a shape that
+    """The hash runs four 8-byte lanes and carries the last 0-31 bytes of a block: a shape that
     differs from a known one in any single byte, at any length, is not taken for it."""
     import random
 
     rnd = random.Random(11)
     table = ShapeTable(2)
     known = []
-    for n in [*range(1, 48), 255, 256, 257, 271, 272, 300]:
+    for n in [*range(1, 80), 255, 256, 257, 271, 272, 287, 288, 289, 300]:
         shape = bytes(rnd.choice(b"abcdefgh :=") for _ in range(n))
         table.add(shape, 1)
         known.append(shape)
