@@ -57,9 +57,9 @@ class Hit(Generic[R]):
 class MultiMatcher(Generic[R]):
     """Which of `rules` match a line; preserves rule order in the result."""
 
-    def __init__(self, rules: Sequence[R]) -> None:
+    def __init__(self, rules: Sequence[R], *, prefiltered: bool = False) -> None:
         self.rules = list(rules)
-        self._set = re2.Set.SearchSet(re2.Options())
+        self._set = re2.Filter() if prefiltered else re2.Set.SearchSet(re2.Options())
         self._set_index: list[int] = []
         self._fallback: list[int] = []
         for i, rule in enumerate(self.rules):
@@ -72,7 +72,8 @@ class MultiMatcher(Generic[R]):
             else:
                 self._set.Add(text)
                 self._set_index.append(i)
-        self._set.Compile()
+        if self._set_index:  # (a Filter without patterns does not compile)
+            self._set.Compile()
 
     @property
     def fallback_count(self) -> int:

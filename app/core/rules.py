@@ -140,7 +140,8 @@ class RuleSet:
         """(filters, diagnosis) multi-pattern matchers, built once per rule set."""
         from app.core.matcher import MultiMatcher
 
-        return self.derived("matchers", lambda: (MultiMatcher(self.filters), MultiMatcher(self.diagnosis)))
+        return self.derived("matchers", lambda: (MultiMatcher(self.filters),
+                                                 MultiMatcher(self.diagnosis, prefiltered=True)))
 
     def derived(self, name: str, build):
         """A value computed from the rules once per rule set (not pickled, not compared)."""
