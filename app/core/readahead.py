@@ -20,6 +20,7 @@ from app.core.ingest import (
 )
 
 BUFFERS = 3  # one being scanned, one ready, one being filled
+FIRST_FILL = 1024 * 1024  # bytes in the first buffer handed over
 _END = object()
 _LIMIT = object()  # the decoding thread saw a limit crossed (deadline, decompression ratio)
 
@@ -52,6 +53,7 @@ class _Filler:
         carry = b""  # the partial last line of the previous buffer
         skipping = False  # discarding the rest of a cut line
         eof = False
+        first = True
         while not eof:
             buf = self._free_buffer()
             if buf is None or self.stop.is_set():
@@ -60,7 +62,13 @@ class _Filler:
             have = len(carry)
             view[:have] = carry
             carry = b""
-            n = decoder.readinto(view[have:size])
+            # the first buffer is handed over after FIRST_FILL bytes: the scan starts learning the
+            # log's shapes while the next buffers decode (the rest of it, if that held no line)
+            limit = min(size, FIRST_FILL) if first else size
+            first = False
+            n = decoder.readinto(view[have:limit])
+            if limit < size and not decoder.done and buf.rfind(b"\n", 0, have + n) < 0:
+                n += decoder.readinto(view[have + n:size])
             self.decoded += n
             if self._limit_crossed():  # checked here too: skipping a cut line delivers nothing
                 self.free.put(buf)
