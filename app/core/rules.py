@@ -33,6 +33,7 @@ import regex
 from app.core.rule_specs import (  # noqa: F401 - the specs are part of this module's interface
     DiagnosisRuleSpec, Examples, FilterKind, FilterRuleSpec, PolicySpec, RuleFile, _RuleBase,
 )
+from app.core import regexcache
 from app.core.types import Category, Role, default_category
 from app.core.validation import error_message, validate
 
@@ -41,7 +42,7 @@ GROUP_NAMES = {"rank", "host", "gpu", "xid", "exc", "pid", "node", "local_rank",
                "step", "loss", "grad_norm", "loss_scale", "lr", "throughput", "time", "detail"}
 DEFAULT_PRIORITY = {Role.CAUSE: 50, Role.WRAPPER: 20, Role.SYMPTOM: 10}
 MATCH_TIMEOUT_S = 0.05
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 
 
 class RuleError(ValueError):
@@ -50,29 +51,32 @@ class RuleError(ValueError):
 
 class LazyPattern:
     """A validated pattern compiled with `regex` on first use: `pattern`, `flags` and the RE2
-    form need no compilation (the multi-pattern matcher runs most lines through RE2)."""
+    form need no compilation (the multi-pattern matcher runs most lines through RE2). `args` are
+    its cached compile arguments (app/core/regexcache.py): first use is then one C call."""
 
-    __slots__ = ("pattern", "flags", "re2_text", "digit_form", "_compiled")
+    __slots__ = ("pattern", "flags", "re2_text", "digit_form", "args", "_compiled")
 
     def __init__(self, pattern: str, flags: int, re2_text: str | None, compiled: regex.Pattern | None = None,
-                 digit_form: tuple[str, str] | None | EllipsisType = ...) -> None:
+                 digit_form: tuple[str, str] | None | EllipsisType = ...,
+                 args: regexcache.CompileArgs | None = None) -> None:
         self.pattern = pattern
         self.flags = flags
         self.re2_text = re2_text  # the pattern as the RE2 set runs it (set_form), None when RE2 cannot
         self.digit_form = digit_form  # a diagnosis rule's keptshapes.digit_form (`...`: not computed)
+        self.args = args
         self._compiled = compiled
 
     @property
     def compiled(self) -> regex.Pattern:
         if self._compiled is None:
-            self._compiled = regex.compile(self.pattern, self.flags)
+            self._compiled = regexcache.build(self.args, self.pattern, self.flags)
         return self._compiled
 
     def __getstate__(self):
-        return (self.pattern, self.flags, self.re2_text, self.digit_form)
+        return (self.pattern, self.flags, self.re2_text, self.digit_form, self.args)
 
     def __setstate__(self, state) -> None:
-        self.pattern, self.flags, self.re2_text, self.digit_form = state
+        self.pattern, self.flags, self.re2_text, self.digit_form, self.args = state
         self._compiled = None
 
     def search(self, *args, **kwargs):
@@ -155,9 +159,15 @@ class RuleSet:
 
 
 def compile_pattern(pattern: str, *, ignore_case: bool = False, where: str = "") -> regex.Pattern:
+    return compile_pattern_args(pattern, ignore_case=ignore_case, where=where)[0]
+
+
+def compile_pattern_args(pattern: str, *, ignore_case: bool = False,
+                         where: str = "") -> tuple[regex.Pattern, regexcache.CompileArgs | None]:
+    """The compiled pattern and its compile arguments for the rules cache."""
     flags = regex.IGNORECASE if ignore_case else 0
     try:
-        return regex.compile(pattern, flags)
+        return regexcache.compile_with_args(pattern, flags)
     except regex.error as exc:
         raise RuleError(f"{where}: pattern does not compile ({exc}): {pattern!r}") from None
 
@@ -221,8 +231,10 @@ def _cache_dir() -> Path | None:
 def _schema_digest() -> bytes:
     """What the cached form depends on besides the rule files: the code that validates them."""
     here = Path(__file__).resolve().parent
-    digest = hashlib.sha256(f"{CACHE_FORMAT}:{pickle.HIGHEST_PROTOCOL}".encode())
-    for name in ("rules.py", "rule_specs.py", "types.py", "validation.py", "policy.py", "matcher.py", "setform.py", "keptshapes.py"):
+    # (the cached compile arguments are the `regex` version's own program)
+    digest = hashlib.sha256(f"{CACHE_FORMAT}:{pickle.HIGHEST_PROTOCOL}:{regexcache.VERSION}".encode())
+    for name in ("rules.py", "rule_specs.py", "types.py", "validation.py", "policy.py", "matcher.py", "setform.py",
+                 "keptshapes.py", "regexcache.py"):
         digest.update((here / name).read_bytes())
     return digest.digest()
 
@@ -315,9 +327,10 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
             if isinstance(spec, PolicySpec):
                 ruleset.policies.append(spec)
                 continue
-            compiled = compile_pattern(spec.pattern, ignore_case=spec.ignore_case, where=where)
+            compiled, args = compile_pattern_args(spec.pattern, ignore_case=spec.ignore_case, where=where)
             _check_groups(compiled, where, spec.pattern)
-            lazy = LazyPattern(compiled.pattern, compiled.flags, re2_form(compiled.pattern, compiled.flags), compiled)
+            lazy = LazyPattern(compiled.pattern, compiled.flags, re2_form(compiled.pattern, compiled.flags), compiled,
+                               args=args)
             if isinstance(spec, DiagnosisRuleSpec):
                 lazy.digit_form = digit_form(compiled.pattern, compiled.flags)
                 if spec.type_from_group and spec.type_from_group not in compiled.groupindex:

@@ -1,0 +1,72 @@
+"""`regex` patterns built from cached compile arguments.
+
+`regex.compile` parses and optimises a pattern in Python: 0.3-0.6 ms for a rule pattern. Every
+process that scans a log compiles the rule patterns it uses afresh (each range worker, each CLI
+run), and an error burst uses a few dozen. What the parser produces is plain data, the arguments
+of the `_regex` C constructor; captured once, when the rules cache is built, and kept with each
+rule's pattern, it gives a later process the same Pattern object in one C call (~20 us).
+
+The arguments belong to one `regex` version (they are the compiled program), so they carry it:
+another version, or anything unexpected, falls back to `regex.compile`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import regex
+from regex import _main
+
+VERSION = regex.__version__
+_capture_lock = threading.Lock()
+
+CompileArgs = tuple[str, tuple]  # (regex version, the C constructor's arguments)
+
+
+class _Recorder:
+    """Stands in for `_main._regex` while one pattern compiles: records what `compile` gets."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+        self.calls: list[tuple] = []
+
+    def compile(self, *args):
+        self.calls.append(args)
+        return self._real.compile(*args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+
+def compile_with_args(pattern: str, flags: int = 0) -> tuple[regex.Pattern, CompileArgs | None]:
+    """Compile like `regex.compile` (raising regex.error alike) and return the arguments a later
+    process can build the same pattern from (None when they could not be captured)."""
+    with _capture_lock:  # (one swap of the module attribute at a time)
+        real = _main._regex
+        recorder = _Recorder(real)
+        _main._regex = recorder
+        try:
+            compiled = _main._compile(pattern, flags, False, {}, False)
+        finally:
+            _main._regex = real
+    args = next((a for a in recorder.calls if a and a[0] == pattern), None)
+    return compiled, ((VERSION, args) if args is not None and _same(compiled, args) else None)
+
+
+def _same(compiled: regex.Pattern, args: tuple) -> bool:
+    """The arguments rebuild this very pattern (its text, flags and groups)."""
+    try:
+        again = _main._regex.compile(*args)
+    except Exception:  # (the constructor changed shape): not cacheable
+        return False
+    return (again.pattern, again.flags, again.groupindex) == (compiled.pattern, compiled.flags, compiled.groupindex)
+
+
+def build(cached: CompileArgs | None, pattern: str, flags: int) -> regex.Pattern:
+    """The pattern from cached arguments of this `regex` version, else compiled."""
+    if cached is not None and cached[0] == VERSION:
+        try:
+            return _main._regex.compile(*cached[1])
+        except Exception:  # a torn or foreign cache entry: compiled below
+            pass
+    return regex.compile(pattern, flags)
