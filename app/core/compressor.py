@@ -17,8 +17,8 @@ from itertools import compress
 from operator import not_
 
 import re2
-import regex
 
+from app.core import regexcache
 from app.core.binary import BINARY_SHARE, BINARY_RULE_ID, is_text_line, nontext_share
 from app.core.compressed import (
     BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, Occurrence, Partial, Template,
@@ -53,10 +53,10 @@ _ERROR_HINT = re2.compile(
     r"Traceback \(most recent call last\)|Error\b|Exception\b|\berror\b|\bERROR\b|\bFATAL\b|\bfatal\b|"
     r"\bfailed\b|\bFAILED\b|\bKilled\b|\bkilled\b|\bWARN\b|[Ss]egmentation fault|core dumped|\babort|"
     r"timed out|[Tt]imeout|\bnan\b|\bNaN\b|\binf\b|CANCELLED|[Pp]anic|Errno")
-_CHAIN_RE = regex.compile(
+_CHAIN_RE = regexcache.compile(
     r"During handling of the above exception, another exception occurred|"
     r"The above exception was the direct cause of the following exception")
-_BINARY_RE = regex.compile(r"[\x00-\x08\x0e-\x1f\ufffd]")
+_BINARY_RE = regexcache.compile(r"[\x00-\x08\x0e-\x1f\ufffd]")
 
 
 class Compressor:

@@ -6,8 +6,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-import regex
 
+from app.core import regexcache
 from app.core.compressed import CompressedLog, MetricPoint, Occurrence
 from app.core.fields import fold_key
 from app.core.types import ActionKind, Category, ErrorType, Role, default_category
@@ -61,8 +61,8 @@ def _canonical(name: str | None) -> ErrorType | None:
         return None
 
 
-_SUMMARY_HOST = regex.compile(r"^\s*host\s*:\s*(?P<host>[\w.-]+)\s*$")
-_SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
+_SUMMARY_HOST = regexcache.compile(r"^\s*host\s*:\s*(?P<host>[\w.-]+)\s*$")
+_SUMMARY_RANK = regexcache.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
 
 
 def _attach_summary_fields(occ: Occurrence, nearby: dict[int, str]) -> None:
@@ -137,11 +137,11 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
 
 # `UserWarning: CUDA initialization: The NVIDIA driver on your system is too old` names a
 # failure class but is a warning the program went on from
-_PY_WARNING = regex.compile(r"\b[A-Z]\w*Warning: ")
+_PY_WARNING = regexcache.compile(r"\b[A-Z]\w*Warning: ")
 # a client that retries the failed request says so right after the error (huggingface_hub's
 # `'(ReadTimeoutError(...))' thrown while requesting HEAD ...` then
 # `Retrying in 1s [Retry 1/5].`, wandb's `entering retry loop`, urllib3's `Retrying (Retry(...`)
-_RETRY_NOTICE = regex.compile(r"(?i)\bRetrying\b|\bthrown while requesting (?:HEAD|GET|POST) |\[Retry \d+/\d+\]|entering retry loop|\bwill retry\b")
+_RETRY_NOTICE = regexcache.compile(r"(?i)\bRetrying\b|\bthrown while requesting (?:HEAD|GET|POST) |\[Retry \d+/\d+\]|entering retry loop|\bwill retry\b")
 RETRY_LOOKAHEAD = 4
 
 
@@ -149,10 +149,10 @@ def _retried(occ: Occurrence, nearby: dict[int, str]) -> bool:
     return any(_RETRY_NOTICE.search(nearby.get(occ.line + k, "")) for k in range(1, RETRY_LOOKAHEAD + 1))
 
 
-_STEP_ON_LINE = regex.compile(r"(?i)\b(?:step|iteration|iter|global_step)\b[\s:=#]{0,12}(\d+)")
+_STEP_ON_LINE = regexcache.compile(r"(?i)\b(?:step|iteration|iter|global_step)\b[\s:=#]{0,12}(\d+)")
 
 
-_EPOCH_ON_LINE = regex.compile(r"(?i)\bepoch\b[\s:=#\[]{0,12}(\d+)")
+_EPOCH_ON_LINE = regexcache.compile(r"(?i)\bepoch\b[\s:=#\[]{0,12}(\d+)")
 EPOCH_STEPS = 1000
 
 

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import regex
 
+from app.core import regexcache
+
 _RANK_RES = [
-    regex.compile(r"\[(?:rank|Rank|RANK)\s?(\d{1,6})\]"),
-    regex.compile(r"^\[default(\d{1,6})\]:"),
-    regex.compile(r"\b(?:global_rank|rank)[=:]\s?(\d{1,6})\b"),
-    regex.compile(r"^(?:[A-Za-z][\w.-]*:\s)?(\d{1,5}):\s"),
+    regexcache.compile(r"\[(?:rank|Rank|RANK)\s?(\d{1,6})\]"),
+    regexcache.compile(r"^\[default(\d{1,6})\]:"),
+    regexcache.compile(r"\b(?:global_rank|rank)[=:]\s?(\d{1,6})\b"),
+    regexcache.compile(r"^(?:[A-Za-z][\w.-]*:\s)?(\d{1,5}):\s"),
 ]
 _HOST_TOKEN = r"[A-Za-z][A-Za-z0-9_-]*(?:\d[A-Za-z0-9_-]*|-[A-Za-z0-9_-]+)(?:\.[A-Za-z0-9_-]+)*"
 # a dotted quad, not followed by more of a version number or a port (`10.0.0.15:29500` is an address)
@@ -36,44 +38,44 @@ _TAGS = (r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?:\s)?(?:\[\d+,\d+\]<std(?:out|err|diag)>:
 # a shell prompt: `(venv) root@node1:~/dir# cmd`, `user@host:~$ cmd`, zsh `user@host ~ % cmd`,
 # `[user@host dir]$ cmd`; the prompt's syntax says it is a host, so any host name goes
 _PROMPT_HOST = r"[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*"
-_PROMPT_RE = regex.compile(
+_PROMPT_RE = regexcache.compile(
     r"^(?:\([\w.-]+\)\s+)?\[?[a-z_][\w.-]*@(" + _PROMPT_HOST + r")(?::\S*|\s+\S+)?\]?\s?[$#%](?:\s|$)")
 MPICH_ABORT = "MPICH ERROR [Rank "
-_MPICH_ABORT_RE = regex.compile(
+_MPICH_ABORT_RE = regexcache.compile(
     r"MPICH ERROR \[Rank (?P<rank>\d{1,7})\] \[job id [^\]]*\] \[[^\]]*\] (?:\[unknown\] )?"
     r"\[(?P<host>" + _PROMPT_HOST + r")\]")
 # the same, with the host as group 1 like every host pattern
-_MPICH_HOST_RE = regex.compile(_MPICH_ABORT_RE.pattern.replace("(?P<rank>", "(?:").replace("(?P<host>", "("))
+_MPICH_HOST_RE = regexcache.compile(_MPICH_ABORT_RE.pattern.replace("(?P<rank>", "(?:").replace("(?P<host>", "("))
 # what a launcher puts before a line's own text: a host label (pdsh, DeepSpeed's runner, srun's
 # task id `0: `) and tags (`[rank3]:`, `[default3]:`, mpirun's `[1,4]<stdout>:`)
-_LAUNCHER_PREFIX_RE = regex.compile(
+_LAUNCHER_PREFIX_RE = regexcache.compile(
     r"^(?:(?:" + _PREFIX_HOST + r"|\d{1,5}):(?:\s|$))?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
     r"|\[(?:rank|Rank|RANK)\s?\d+\]:)?")
 _HOST_RES = [
     # syslog / journald: "Jul 14 03:12:55 node-12 kernel: ..."
-    regex.compile(r"^[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
+    regexcache.compile(r"^[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
     # NCCL: "node-12:1234:5678 [3] NCCL ...", behind a launcher's tags
-    regex.compile(r"^" + _TAGS + "(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
+    regexcache.compile(r"^" + _TAGS + "(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
     # pdsh's own report on a remote host: "pdsh@launcher: 10.0.0.15: ssh exited with exit code 1"
-    regex.compile(r"^pdsh@[\w.-]+:\s(" + _PREFIX_HOST + r"):\s"),
+    regexcache.compile(r"^pdsh@[\w.-]+:\s(" + _PREFIX_HOST + r"):\s"),
     # pdsh / DeepSpeed multi-node launcher: "node-12: ...", "10.0.0.15: [rank37]:..."
-    regex.compile(r"^(" + _PREFIX_HOST + r"):\s"),
+    regexcache.compile(r"^(" + _PREFIX_HOST + r"):\s"),
     # Ray relays a task's or actor's output to the driver as "(RayTrainWorker pid=364, ip=10.0.0.218) ..."
     # (the address only for another node than the driver's)
-    regex.compile(r"^\((?:[^()\s]+ )?pid=\d+, ip=(" + _IPV4 + r")\)"),
+    regexcache.compile(r"^\((?:[^()\s]+ )?pid=\d+, ip=(" + _IPV4 + r")\)"),
     _PROMPT_RE,
     # Cray MPICH's abort report names the node of the rank: "MPICH ERROR [Rank 5] [job id 40341.0]
     # [Tue Dec 12 17:52:24 2023] [nid001097] - Abort(...)" (`[unknown]` before it on some versions)
     _MPICH_HOST_RE,
     # "on host node-12", "hostname=node-12", "node node-12"
-    regex.compile(r"\b(?:host(?:name)?|node)[=:\s]\s?(" + _HOST_TOKEN + r")\b"),
+    regexcache.compile(r"\b(?:host(?:name)?|node)[=:\s]\s?(" + _HOST_TOKEN + r")\b"),
 ]
 _NOT_HOSTS = {"Traceback", "File", "RuntimeError", "Error", "WARNING", "INFO", "ERROR", "NCCL", "kernel",
               "wandb", "Epoch", "iteration", "rank", "Rank", "torch", "NVRM", "Xid", "node"}
-_TIMESTAMP_RE = regex.compile(
+_TIMESTAMP_RE = regexcache.compile(
     r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)")
-_HEX_RE = regex.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b")
-_NUM_RE = regex.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_HEX_RE = regexcache.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b")
+_NUM_RE = regexcache.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
 DIGITS = b"0123456789"
 # a line's shape is the line with its digits deleted: numbers of any width collapse together

@@ -13,22 +13,23 @@ import hashlib
 
 import regex
 
+from app.core import regexcache
 from app.core.types import Diagnosis
 
 # Order matters: the wider masks run first so that their digits do not become `<n>` pieces.
 _MASKS: list[tuple[regex.Pattern, str]] = [
-    (regex.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"), "<time>"),
-    (regex.compile(r"\b[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\b"), "<time>"),
-    (regex.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "<ip>"),
-    (regex.compile(r"\[[0-9a-fA-F:]{6,}\](?::\d+)?"), "<ip>"),
-    (regex.compile(r"(?:/[\w.@+-]+){2,}/?"), "<path>"),
-    (regex.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b"), "<hex>"),
-    (regex.compile(r"\b[A-Za-z][A-Za-z_-]*-?\d+[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)+\b"), "<host>"),
-    (regex.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"), "<n>"),
-    (regex.compile(r"\s+"), " "),
+    (regexcache.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"), "<time>"),
+    (regexcache.compile(r"\b[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\b"), "<time>"),
+    (regexcache.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "<ip>"),
+    (regexcache.compile(r"\[[0-9a-fA-F:]{6,}\](?::\d+)?"), "<ip>"),
+    (regexcache.compile(r"(?:/[\w.@+-]+){2,}/?"), "<path>"),
+    (regexcache.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b"), "<hex>"),
+    (regexcache.compile(r"\b[A-Za-z][A-Za-z_-]*-?\d+[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)+\b"), "<host>"),
+    (regexcache.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"), "<n>"),
+    (regexcache.compile(r"\s+"), " "),
 ]
 # launcher prefixes that say who printed a line, not what happened
-_PREFIX = regex.compile(
+_PREFIX = regexcache.compile(
     r"^(?:\[(?:rank|Rank|RANK|default)\s?<n>\]:?\s*|<n>:\s|[\w.-]+:\s(?=\S)|<host>:\s)+")
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import regex
 
+from app.core import regexcache
 from app.core.fields import mpich_abort, prompt_host, split_launcher_prefix
 from app.core.types import Action, ActionKind
 
@@ -38,11 +38,11 @@ NO_HOST = "No host can be named"  # starts the note of an isolate whose node the
 MAX_RANKS = 65_536
 SCAN_BYTES = 32 * 1024 * 1024
 _MARK = b" nranks "
-_SUMMARY_HOST = regex.compile(r"^\s+host\s+:\s*([A-Za-z][\w.-]*)\s*$")
-_SUMMARY_RANK = regex.compile(r"^\s+rank\s+:\s*(\d{1,7})\b")
+_SUMMARY_HOST = regexcache.compile(r"^\s+host\s+:\s*([A-Za-z][\w.-]*)\s*$")
+_SUMMARY_RANK = regexcache.compile(r"^\s+rank\s+:\s*(\d{1,7})\b")
 # NCCL's own host field, behind what launchers put first: pdsh's `node-3: ` / `10.0.0.15: `,
 # mpirun --tag-output's `[1,4]<stdout>:`, torchrun's `[default0]:` / `[rank3]:`
-_INIT_RE = regex.compile(
+_INIT_RE = regexcache.compile(
     rb"^(?:[\w.-]+: )?(?:\[\d+\]|\[\d+,\d+\]<std(?:out|err)>:)?(?:\[default\d+\]:|\[rank\d+\]:)?"
     rb"(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO .*?"
     rb"\brank (?P<rank>\d{1,7}) nranks (?P<nranks>\d{1,7})\b")

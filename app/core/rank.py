@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import regex
 
+from app.core import regexcache
 from app.core.compressed import BINARY_TEXT, CompressedLog
 from app.core.events import ErrorEvent
 from app.core.types import (
@@ -150,7 +151,7 @@ def survived_before(log: CompressedLog) -> int:
     return before
 
 
-_NONFINITE_KEY = regex.compile(r"(?i)\b((?:[a-z]+[_ ])?(?:loss|grad[_ ]norm))'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?(?:nan|inf)\b")
+_NONFINITE_KEY = regexcache.compile(r"(?i)\b((?:[a-z]+[_ ])?(?:loss|grad[_ ]norm))'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?(?:nan|inf)\b")
 
 
 def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:

@@ -221,11 +221,7 @@ def _load_file(path: Path) -> RuleFile | None:
 
 
 def _cache_dir() -> Path | None:
-    configured = os.environ.get("LOGDX_RULES_CACHE_DIR")
-    if configured:
-        return None if configured.lower() == "off" else Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "logdx" / "rules"
+    return regexcache.cache_dir()
 
 
 def _schema_digest() -> bytes:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-import regex
 
+from app.core import regexcache
 from app.core.validation import Strict
 
 REDACTED = "<SECRET>"
@@ -28,7 +28,7 @@ SECRET_PATTERNS = [
     r"|auth|credentials?|wandb[_-]?api[_-]?key|hf[_-]?token)\s*[=:]\s*[\"']?)[^\s\"',;]{4,}",
     r"(?<=://[^/\s:@]{1,64}:)[^@\s/]{3,}(?=@)",  # password in user:pass@host URLs
 ]
-SECRET_RE = regex.compile("|".join(f"(?:{p})" for p in SECRET_PATTERNS))
+SECRET_RE = regexcache.compile("|".join(f"(?:{p})" for p in SECRET_PATTERNS))
 
 
 def redact(text: str) -> str:

@@ -61,3 +61,35 @@ def test_the_capture_leaves_regex_as_it_was():
 def test_a_lazy_pattern_without_arguments_compiles_as_before():
     lazy = LazyPattern(r"Xid (?P<xid>\d+)", 0, None)
     assert lazy.compiled.search("NVRM: Xid 79, GPU has fallen off the bus").group("xid") == "79"
+
+
+def test_module_patterns_are_kept_in_a_file_and_built_from_it_by_the_next_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGDX_RULES_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(regexcache, "_known", None)
+    monkeypatch.setattr(regexcache, "_dirty", False)
+    first = regexcache.compile(r"step (?P<step>\d+)", regex.IGNORECASE)
+    assert first.search("STEP 12").group("step") == "12"
+    regexcache._save()  # what the process does at exit
+    saved = tmp_path / f"regex-{regexcache.VERSION}.pickle"
+    assert saved.is_file()
+
+    monkeypatch.setattr(regexcache, "_known", None)  # the next process
+    built = []
+    real_build = regexcache.build
+    monkeypatch.setattr(regexcache, "build", lambda *a: built.append(a[1]) or real_build(*a))
+    again = regexcache.compile(r"step (?P<step>\d+)", regex.IGNORECASE)
+    assert built == [r"step (?P<step>\d+)"]  # from the file, not the parser
+    assert (again.pattern, again.flags, again.groupindex) == (first.pattern, first.flags, first.groupindex)
+    assert again.search("step 7").group("step") == "7"
+
+
+def test_a_torn_pattern_file_or_no_cache_dir_only_costs_the_compile(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGDX_RULES_CACHE_DIR", str(tmp_path))
+    (tmp_path / f"regex-{regexcache.VERSION}.pickle").write_bytes(b"\x80\x05not a pickle")
+    monkeypatch.setattr(regexcache, "_known", None)
+    assert regexcache.compile(r"a+b").search("xaab").group() == "aab"
+    monkeypatch.setenv("LOGDX_RULES_CACHE_DIR", "off")
+    monkeypatch.setattr(regexcache, "_known", None)
+    monkeypatch.setattr(regexcache, "_dirty", False)
+    assert regexcache.compile(r"c+d").search("ccd").group() == "ccd"
+    regexcache._save()  # nowhere to write: nothing happens
