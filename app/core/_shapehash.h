@@ -25,7 +25,7 @@ static inline uint64_t mix64(uint64_t h) {
  * bytes per step with SSSE3 (a digit mask, then a byte shuffle per 8-byte half from a 256-entry
  * table), else one byte per step, branch-free (the digits of metric lines are random, so a branch
  * would mispredict). All three give the same buffer, hence the same hash; the best one the CPU
- * has is chosen at module load (`simd_level`). */
+ * has is chosen at module load (`best_simd`; `set_simd` changes it for tests). */
 #define BLOCK 256
 #define TMP_ROOM (BLOCK + 32 + 64) /* carry (< 32) + a block + the slack of whole-vector stores */
 

@@ -30,10 +30,10 @@ from types import EllipsisType
 
 import regex
 
+from app.core import regexcache
 from app.core.rule_specs import (  # noqa: F401 - the specs are part of this module's interface
     DiagnosisRuleSpec, Examples, FilterKind, FilterRuleSpec, PolicySpec, RuleFile, _RuleBase,
 )
-from app.core import regexcache
 from app.core.types import Category, Role, default_category
 from app.core.validation import error_message, validate
 
