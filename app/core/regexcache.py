@@ -19,7 +19,11 @@ import threading
 from pathlib import Path
 
 import regex
-from regex import _main
+
+try:  # the module whose `_compile` calls the C constructor (`regex.regex` in older releases)
+    from regex import _main
+except ImportError:  # pragma: no cover - another layout: everything compiles as usual
+    _main = None
 
 VERSION = regex.__version__
 _capture_lock = threading.Lock()
@@ -45,6 +49,8 @@ class _Recorder:
 def compile_with_args(pattern: str, flags: int = 0) -> tuple[regex.Pattern, CompileArgs | None]:
     """Compile like `regex.compile` (raising regex.error alike) and return the arguments a later
     process can build the same pattern from (None when they could not be captured)."""
+    if _main is None or not hasattr(_main, "_compile"):
+        return regex.compile(pattern, flags), None
     with _capture_lock:  # (one swap of the module attribute at a time)
         real = _main._regex
         recorder = _Recorder(real)
@@ -68,7 +74,7 @@ def _same(compiled: regex.Pattern, args: tuple) -> bool:
 
 def build(cached: CompileArgs | None, pattern: str, flags: int) -> regex.Pattern:
     """The pattern from cached arguments of this `regex` version, else compiled."""
-    if cached is not None and cached[0] == VERSION:
+    if cached is not None and cached[0] == VERSION and _main is not None:
         try:
             return _main._regex.compile(*cached[1])
         except Exception:  # a torn or foreign cache entry: compiled below
