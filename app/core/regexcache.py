@@ -139,25 +139,33 @@ def compile(pattern: str, flags: int = 0) -> regex.Pattern:  # noqa: A001 - rege
     return compiled
 
 
-def _save() -> None:
-    """Write the patterns back (atomically) when one was new; a read-only home changes nothing."""
+def write_pickle(path: Path, value, prefix: str) -> bool:
+    """Pickle `value` to `path` atomically (a concurrent reader sees the old file or the new one);
+    False when it cannot be written (a read-only home: the cache is only an accelerator)."""
     import tempfile
 
-    global _dirty
-    path = _file()
-    if not _dirty or path is None or _known is None:
-        return
-    _dirty = False
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".regex-")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix)
         with os.fdopen(fd, "wb") as fh:
-            pickle.dump(_known, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
+        return True
     except OSError:
         if tmp is not None:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+        return False
+
+
+def _save() -> None:
+    """Write the patterns back when one was new."""
+    global _dirty
+    path = _file()
+    if not _dirty or path is None or _known is None:
+        return
+    _dirty = False
+    write_pickle(path, _known, ".regex-")

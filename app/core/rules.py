@@ -22,7 +22,6 @@ cache was written). The rule specs are plain dataclasses, so a warm cache import
 from __future__ import annotations
 
 import hashlib
-import os
 import pickle
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -220,10 +219,6 @@ def _load_file(path: Path) -> RuleFile | None:
         raise RuleError(f"{path.name}: {exc.errors()[0]['loc']}: {error_message(exc.errors()[0])}") from None
 
 
-def _cache_dir() -> Path | None:
-    return regexcache.cache_dir()
-
-
 def _schema_digest() -> bytes:
     """What the cached form depends on besides the rule files: the code that validates them."""
     here = Path(__file__).resolve().parent
@@ -247,20 +242,8 @@ def _read_cache(path: Path) -> RuleSet | None:
 
 
 def _write_cache(path: Path, ruleset: RuleSet) -> None:
-    import tempfile
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rules-")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(ruleset, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    if regexcache.write_pickle(path, ruleset, ".rules-"):
         _prune_cache(path.parent, keep=path)
-    except OSError:  # a read-only home: every start validates from YAML, as without a cache
-        try:
-            os.unlink(tmp)
-        except (OSError, UnboundLocalError):
-            pass
 
 
 CACHE_KEEP = 16  # cached rule sets kept per cache directory (the most recently written)
@@ -287,7 +270,7 @@ def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] |
     digest = hashlib.sha256()  # of every file: the cache key (the version covers rule files only)
     for path in paths:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    cache_dir = _cache_dir()
+    cache_dir = regexcache.cache_dir()
     cache_path = None
     if cache_dir is not None:
         key = hashlib.sha256(_schema_digest() + digest.digest() + str(root.resolve()).encode()).hexdigest()[:32]
