@@ -77,6 +77,22 @@ def test_bad_input_gives_a_result_not_a_traceback(tmp_path, name, payload):
         assert data["compression"]["lines_in"] > 0
 
 
+def test_compress_to_a_pipe_delivers_every_byte(tmp_path):
+    """diagnose/compress end with os._exit (no interpreter teardown): what they printed must all
+    reach the reader first, however much it is, and the exit code must be the command's."""
+    def word(i: int) -> str:  # distinct lines without digits: none folds into another
+        return "".join("abcdefghijklmnopqrstuvwxyz"[i // 26 ** k % 26] for k in range(4))
+
+    log = tmp_path / "distinct.log"
+    log.write_text("".join(f"widget {word(i)} said {word(i) * 8}\n" for i in range(30_000)))
+    out = logdx("compress", str(log))
+    assert out.returncode == 0, out.stderr
+    body = out.stdout.decode()
+    assert len(body) > 1_000_000  # more than a pipe holds: written while the reader drains it
+    assert body.count("\n") >= 30_000 and body.rstrip("\n").endswith(word(29_999) * 8)
+    assert logdx("compress", str(tmp_path / "missing.log")).returncode == 2
+
+
 def test_missing_file_is_exit_2_with_one_line(tmp_path):
     out = logdx("diagnose", str(tmp_path / "missing.log"))
     assert out.returncode == 2

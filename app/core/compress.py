@@ -4,6 +4,7 @@ findings merged in order)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from collections.abc import Callable
@@ -117,6 +118,7 @@ def _fork_range(job, slot: int) -> tuple[int, int]:
                 result = ("ok", _compress_range(job))
             except BaseException as exc:  # handed to the parent, which raises it
                 result = ("error", exc)
+            gc.disable()  # (building and pickling thousands of rows would set off full collections)
             try:
                 data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:  # (an exception or finding that does not pickle)
@@ -163,7 +165,13 @@ def _child_result(pid: int, read_fd: int, on_wait: Callable[[], None] | None):
     data = b"".join(chunks)
     if code != 0 or not data:
         raise RuntimeError(f"a compression worker died (exit code {code})")
-    return pickle.loads(data)
+    enabled = gc.isenabled()
+    gc.disable()  # (unpickling thousands of rows would set off collections of the whole heap)
+    try:
+        return pickle.loads(data)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: int,

@@ -52,6 +52,19 @@ class Template:
         return self.last_text if self.last_text is not None else self.text
 
 
+TemplateRow = tuple  # (key, text, first_line, last_line, count, ranks, hosts, flagged, last_text)
+
+
+def _template_row(key: str, t: Template) -> TemplateRow:
+    return key, t.text, t.first_line, t.last_line, t.count, tuple(t.ranks), tuple(t.hosts), t.flagged, t.last_text
+
+
+def _row_template(row: TemplateRow) -> Template:
+    _, text, first_line, last_line, count, ranks, hosts, flagged, last_text = row
+    return Template(text=text, first_line=first_line, last_line=last_line, count=count, ranks=set(ranks),
+                    hosts=set(hosts), flagged=flagged, last_text=last_text)
+
+
 @dataclass
 class Occurrence:
     """One line a diagnosis rule matched (kept for evidence, capped per rule)."""
@@ -123,13 +136,50 @@ class Partial:
     binary_chunks: int = 0
     rank_hosts: RankHosts = field(default_factory=RankHosts)
 
+    # A range worker's findings travel to the parent pickled, with the templates as rows of plain
+    # values (TemplateRow): thousands of Template objects cost tens of ms to pickle and unpickle,
+    # rows a few. The parent merges rows as they are (merge_partials) and builds Template objects
+    # only for keys it has not seen; `templates` is rebuilt from the rows on first access.
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        rows = state.pop("templates", None)
+        if rows is not None:
+            state["_rows"] = [_template_row(key, t) for key, t in rows.items()]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def __getattr__(self, name: str):
+        rows = self.__dict__.get("_rows")
+        if name != "templates" or rows is None:
+            raise AttributeError(name)
+        self.templates = {row[0]: _row_template(row) for row in self.template_rows()}
+        del self.__dict__["_rows"]
+        self.__dict__.pop("_rows_offset", None)
+        return self.templates
+
+    def template_rows(self) -> Iterable[TemplateRow]:
+        """The templates as rows (key, text, first_line, last_line, count, ranks, hosts, flagged,
+        last_text), line numbers shifted like the rest of the findings."""
+        rows = self.__dict__.get("_rows")
+        if rows is None:
+            return (_template_row(key, t) for key, t in self.templates.items())
+        offset = self.__dict__.get("_rows_offset", 0)
+        if not offset:
+            return rows
+        return ((r[0], r[1], r[2] + offset, r[3] + offset, *r[4:]) for r in rows)
+
     def shifted(self, offset: int) -> Partial:
         """The same findings with every line number moved by `offset` (for a later byte range)."""
         if not offset:
             return self
-        for t in self.templates.values():
-            t.first_line += offset
-            t.last_line += offset
+        if "_rows" in self.__dict__:  # (applied as the rows are read)
+            self._rows_offset = self.__dict__.get("_rows_offset", 0) + offset
+        else:
+            for t in self.templates.values():
+                t.first_line += offset
+                t.last_line += offset
         for o in self.occurrences:
             o.line += offset
         for p in (*self.metrics, *self.nan_points):
@@ -165,23 +215,25 @@ def merge_partials(parts: list[Partial]) -> Partial:
         shifted.append(part.shifted(offset))
         offset += lines
     head = shifted[0]
+    templates = head.templates
     for part in shifted[1:]:
-        for key, t in part.templates.items():
-            mine = head.templates.get(key)
+        for row in part.template_rows():
+            key, text, first_line, last_line, count, ranks, hosts, flagged, last_text = row
+            mine = templates.get(key)
             if mine is None:
-                if len(head.templates) < MAX_TEMPLATES or t.flagged:
-                    head.templates[key] = t
+                if len(templates) < MAX_TEMPLATES or flagged:
+                    templates[key] = _row_template(row)
                 else:  # (a template of \r segments may count more than its lines: clamp)
-                    moved = min(t.count, part.lines_kept)
+                    moved = min(count, part.lines_kept)
                     part.lines_kept -= moved
                     head.overflow_lines += moved
                 continue
-            mine.count += t.count
-            if t.last_line > mine.last_line:
-                mine.last_line, mine.last_text = t.last_line, t.last_line_text
-            mine.flagged = mine.flagged or t.flagged
-            mine.ranks |= set(list(t.ranks)[: max(0, MAX_SET_MEMBERS - len(mine.ranks))])
-            mine.hosts |= set(list(t.hosts)[: max(0, MAX_SET_MEMBERS - len(mine.hosts))])
+            mine.count += count
+            if last_line > mine.last_line:
+                mine.last_line, mine.last_text = last_line, text if last_text is None else last_text
+            mine.flagged = mine.flagged or flagged
+            _add_capped(mine.ranks, ranks)
+            _add_capped(mine.hosts, hosts)
         head.context.update(part.context)
         head.occurrences.extend(part.occurrences)
         head.rule_counts.update(part.rule_counts)
@@ -204,6 +256,15 @@ def merge_partials(parts: list[Partial]) -> Partial:
         head.binary_chunks += part.binary_chunks
         head.rank_hosts.merge(part.rank_hosts)
     return head
+
+
+def _add_capped(mine: set, more: Iterable) -> None:
+    """Add members to a template's rank/host set, up to MAX_SET_MEMBERS."""
+    room = MAX_SET_MEMBERS - len(mine)
+    if room <= 0:
+        return
+    more = tuple(more)
+    mine.update(more if len(more) <= room else more[:room])
 
 
 def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> CompressedLog:

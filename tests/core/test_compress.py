@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,38 @@ def test_parallel_ranges_give_the_same_result_as_one_stream(tmp_path, rules_min,
            [(t.text, t.count, t.first_line, t.last_line) for t in sequential.templates]
     assert [o.line for o in parallel.occurrences] == [o.line for o in sequential.occurrences]
     assert parallel.last_progress == sequential.last_progress
+
+
+def test_a_pickled_partial_merges_like_the_one_it_came_from(rules_min):
+    """A range worker's findings reach the parent pickled, templates as rows (Partial.__getstate__):
+    merged or read back, they must be the same templates, ranks, hosts, flags and line numbers."""
+    from app.core.compressed import merge_partials
+    from app.core.compressor import Compressor
+
+    def template_facts(part):
+        return {k: (t.text, t.first_line, t.last_line, t.count, sorted(t.ranks), sorted(t.hosts), t.flagged,
+                    t.last_line_text) for k, t in part.templates.items()}
+
+    lines = make_log(300).encode().splitlines(keepends=True)
+    halves = [b"".join(lines[: len(lines) // 2]), b"".join(lines[len(lines) // 2:])]
+
+    def partials():
+        out = []
+        for half in halves:
+            comp = Compressor(rules_min)
+            comp.feed(half)
+            out.append(comp.partial())
+        return out
+
+    direct = merge_partials(partials())
+    first, second = partials()
+    travelled = pickle.loads(pickle.dumps(second))
+    assert "templates" not in vars(travelled)  # (still rows: merged without Template objects)
+    assert template_facts(pickle.loads(pickle.dumps(second))) == template_facts(partials()[1])
+    merged = merge_partials([first, travelled])
+    assert template_facts(merged) == template_facts(direct)
+    assert any(len(t.ranks) > 1 for t in merged.templates.values())  # (the rows carried rank sets)
+    assert merged.lines_in == direct.lines_in and merged.lines_kept == direct.lines_kept
 
 
 @pytest.mark.skipif(ShapeTable is None, reason="C scan loop not built")
