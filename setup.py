@@ -6,5 +6,5 @@ pure-Python scan loop (same results, slower).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("app.core._shapescan", ["app/core/_shapescan.c"], depends=["app/core/_shapehash.h", "app/core/_shapetable.h", "app/core/_keptslots.h"],
+setup(ext_modules=[Extension("app.core._shapescan", ["app/core/_shapescan.c"], depends=["app/core/_shapehash.h", "app/core/_shapetable.h", "app/core/_keptslots.h", "app/core/_foldkey.h"],
                              optional=True, extra_compile_args=["-O3"])])

@@ -28,6 +28,7 @@
 #include "_shapehash.h"
 #include "_shapetable.h"
 #include "_keptslots.h"
+#include "_foldkey.h"
 
 
 static int ShapeTable_init(ShapeTable *self, PyObject *args, PyObject *kwds) {
@@ -482,6 +483,8 @@ static PyObject *lines_with(PyObject *Py_UNUSED(module), PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
+    {"fold_ascii", fold_ascii, METH_O,
+     "fold_ascii(text) -> the template key fields.fold_key gives, or None for non-ASCII text"},
     {"set_simd", set_simd, METH_O,
      "set_simd(level) -> previous level of the compaction (0 bytes, 1 SSSE3, 2 AVX-512; True: the best)"},
     {"simd_levels", simd_levels, METH_NOARGS, "simd_levels() -> the compaction levels this CPU can run"},

@@ -420,11 +420,13 @@ class Compressor:
         hits = self.diag.hits(text)
         flagged = bool(hits)
         # mostly control bytes: rules may still match, the error heuristic must not ("nan" in junk)
-        binary = bool(_BINARY_RE.search(text)) and len(_BINARY_RE.findall(text)) * 4 > len(text)
+        # (printable ASCII, the common case, has no control byte and no U+FFFD: no search)
+        binary = not (text.isascii() and text.isprintable()) and bool(_BINARY_RE.search(text)) \
+            and len(_BINARY_RE.findall(text)) * 4 > len(text)
         if hits:
             countable = None
             self._record(hits, text, line_no, rank, host)
-        elif _CHAIN_RE.search(text):
+        elif "exception" in text and _CHAIN_RE.search(text):  # (both markers hold the word)
             countable = None
             self._chain_pending.add(rank)
         elif not binary and _ERROR_HINT.search(text):

