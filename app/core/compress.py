@@ -14,7 +14,7 @@ from typing import BinaryIO
 from app.core.compressed import CompressedLog, Partial, build_log, merge_partials
 from app.core.compressor import Compressor, ShapeTable
 from app.core.ingest import CHUNK_SIZE, GZIP_MAGIC, ZSTD_MAGIC, IngestReport, Limits, iter_file_buffers
-from app.core.readahead import iter_decoded_buffers
+from app.core.readahead import DecodedBuffers
 from app.core.rules import RuleSet
 
 __all__ = ["CompressedLog", "Compressor", "ShapeTable", "compress_source"]
@@ -237,19 +237,22 @@ def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
     if workers > 1 and path is not None and path.stat().st_size >= PARALLEL_MIN_BYTES and _can_fork():
         return _compress_parallel(path, ruleset, workers, chunk_size, on_progress, use_c, limits)
     report = IngestReport()
-    comp = Compressor(ruleset, use_c=use_c)
     if path is not None:
+        comp = Compressor(ruleset, use_c=use_c)
         for buf, length in iter_file_buffers(path, report, chunk_size=chunk_size, limits=limits):
             comp.feed_buffer(buf, length)
             if on_progress:
                 on_progress(length)
         return comp.finish(report)
-    # gz/zst files and streams: decoded by a thread into reused buffers, ahead of the scan; the
-    # progress of a compressed file is in compressed bytes (the only total known in advance)
+    # gz/zst files and streams: decoded by a thread into reused buffers, ahead of the scan (it
+    # starts before the compressor builds its matchers); the progress of a compressed file is in
+    # compressed bytes (the only total known in advance)
     compressed_file = on_progress is not None and _regular_file(source)
-    for buf, length in iter_decoded_buffers(source, report, chunk_size=chunk_size, limits=limits,
-                                            on_consumed=on_progress if compressed_file else None):
-        comp.feed_buffer(buf, length)
-        if on_progress and not compressed_file:
-            on_progress(length)
+    with DecodedBuffers(source, report, chunk_size=chunk_size, limits=limits,
+                        on_consumed=on_progress if compressed_file else None) as buffers:
+        comp = Compressor(ruleset, use_c=use_c)
+        for buf, length in buffers:
+            comp.feed_buffer(buf, length)
+            if on_progress and not compressed_file:
+                on_progress(length)
     return comp.finish(report)

@@ -133,19 +133,39 @@ def _ratio_warning(encoding: str, limits: Limits, decoded: int, consumed: int) -
             f"stopped after {decoded} decompressed bytes from {consumed} compressed; this is a partial diagnosis")
 
 
-def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
-                         chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP,
-                         limits: Limits | None = None,
-                         on_consumed: Callable[[int], None] | None = None) -> Iterator[tuple[bytearray, int]]:
+class DecodedBuffers:
     """Line-aligned chunks of any source (gzip, zstd or plain; path, `-` or file object) as
-    `(buffer, length)`, valid until the next iteration. A corrupt or truncated archive yields what
-    decodes, with a warning in `report`; `limits` end reading early (partial, with a warning).
+    `(buffer, length)` when iterated, each valid until the next one. The decoding thread starts
+    when this is made, so it runs while the caller builds what it needs (the compressor's
+    matchers); `close` (or the `with` block's end) stops it. A corrupt or truncated archive yields
+    what decodes, with a warning in `report`; `limits` end reading early (partial, with a warning).
     `on_consumed(n)`: n more compressed bytes were read (progress of a compressed file)."""
-    raw, owned = _open_binary(source)
-    filler = None
-    try:
-        decoder = _Decoder(raw, report)
-        filler = _Filler(decoder, chunk_size, line_cap, limits)
+
+    def __init__(self, source: str | Path | BinaryIO, report: IngestReport, *,
+                 chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP, limits: Limits | None = None,
+                 on_consumed: Callable[[int], None] | None = None) -> None:
+        self._report = report
+        self._limits = limits
+        self._on_consumed = on_consumed
+        self._raw, self._owned = _open_binary(source)
+        self._filler: _Filler | None = None
+        try:
+            self._decoder = _Decoder(self._raw, report)
+            self._filler = _Filler(self._decoder, chunk_size, line_cap, limits)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> DecodedBuffers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[tuple[bytearray, int]]:
+        report, limits, filler, on_consumed = self._report, self._limits, self._filler, self._on_consumed
+        if filler is None:
+            raise ValueError("DecodedBuffers is closed")
         consumed_seen = 0
         while True:
             if limits is not None and limits.expired():
@@ -160,7 +180,7 @@ def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
                 report.bytes_read = filler.decoded
                 report.cut_short = True
                 report.warnings.append(deadline_warning(filler.decoded) if limits.expired() else _ratio_warning(
-                    report.encoding, limits, filler.decoded, decoder.consumed))
+                    report.encoding, limits, filler.decoded, self._decoder.consumed))
                 break
             if isinstance(item, BaseException):
                 raise item
@@ -173,9 +193,22 @@ def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
             yield buf, length
             if any(buf is mine for mine in filler.pool):  # (a cut line comes in its own buffer)
                 filler.free.put(buf)
-    finally:
+
+    def close(self) -> None:
+        filler, self._filler = self._filler, None
         if filler is not None:
             filler.close()
-            report.lines_cut += filler.lines_cut
-        if owned:
-            raw.close()
+            self._report.lines_cut += filler.lines_cut
+        if self._owned and self._raw is not None:
+            self._raw.close()
+        self._raw = None
+
+
+def iter_decoded_buffers(source: str | Path | BinaryIO, report: IngestReport, *,
+                         chunk_size: int = CHUNK_SIZE, line_cap: int = LINE_CAP,
+                         limits: Limits | None = None,
+                         on_consumed: Callable[[int], None] | None = None) -> Iterator[tuple[bytearray, int]]:
+    """DecodedBuffers as a generator: the decoding starts at the first iteration."""
+    with DecodedBuffers(source, report, chunk_size=chunk_size, line_cap=line_cap, limits=limits,
+                        on_consumed=on_consumed) as buffers:
+        yield from buffers
