@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 
 from app.core import regexcache
-from app.core.fields import mpich_abort, prompt_host, split_launcher_prefix
+from app.core.fields import MPICH_ABORT, mpich_abort, prompt_host, split_launcher_prefix
 from app.core.types import Action, ActionKind
 
 try:  # memmem without the GIL (app/core/_shapescan.c); bytes.find is the fallback
@@ -101,6 +101,8 @@ class RankHosts:
         """torchrun's failure summary: a `host :` line, then the `rank :` of that process (also
         behind a launcher's prefix: then the two lines pair up by prefix, as hosts' output
         interleaves); an MPICH abort report."""
+        if not self._summary_host and "host" not in text and "rank" not in text and MPICH_ABORT not in text:
+            return  # (nothing to pair up or to end, no summary or MPICH line: most kept lines)
         prefix, own = split_launcher_prefix(text)
         if own[:1] not in (" ", "\t"):
             pair = mpich_abort(text)
@@ -122,6 +124,8 @@ class RankHosts:
     def is_summary_line(text: str) -> bool:
         """A `host :` or `rank :` line of torchrun's failure summary (maybe behind a launcher's
         prefix): note_kept_line must see every such line, in order."""
+        if "host" not in text and "rank" not in text:
+            return False
         own = split_launcher_prefix(text)[1]
         return own[:1] in (" ", "\t") and bool(_SUMMARY_HOST.match(own) or _SUMMARY_RANK.match(own))
 
