@@ -231,9 +231,17 @@ def merge_partials(parts: list[Partial]) -> Partial:
             mine.count += count
             if last_line > mine.last_line:
                 mine.last_line, mine.last_text = last_line, text if last_text is None else last_text
-            mine.flagged = mine.flagged or flagged
-            _add_capped(mine.ranks, ranks)
-            _add_capped(mine.hosts, hosts)
+            if flagged:
+                mine.flagged = True
+            mine_ranks, mine_hosts = mine.ranks, mine.hosts
+            if len(mine_ranks) + len(ranks) <= MAX_SET_MEMBERS:  # (the common case: no cap to apply)
+                mine_ranks.update(ranks)
+            else:
+                _add_capped(mine_ranks, ranks)
+            if len(mine_hosts) + len(hosts) <= MAX_SET_MEMBERS:
+                mine_hosts.update(hosts)
+            else:
+                _add_capped(mine_hosts, hosts)
         head.context.update(part.context)
         head.occurrences.extend(part.occurrences)
         head.rule_counts.update(part.rule_counts)
