@@ -138,9 +138,13 @@ static inline uint64_t shape_hash(const unsigned char *p, const unsigned char *e
     uint64_t h0 = 0x9E3779B97F4A7C15ULL, h1 = 0xC2B2AE3D27D4EB4FULL;
     uint64_t h2 = 0x165667B19E3779F9ULL, h3 = 0x27D4EB2F165667C5ULL;
     size_t carry = 0, total = 0;
+    const unsigned char *rest = tmp; /* where the carried bytes are */
     while (p < end) {
         size_t n = (size_t)(end - p);
         if (n > BLOCK) n = BLOCK;
+        /* the carry (< 32 bytes) to the front: a fixed-size copy (inlined, no memmove call);
+         * `rest` is at least 32 bytes past tmp, so the two do not overlap */
+        if (rest != tmp) memcpy(tmp, rest, 32);
         size_t k = carry + compact(p, n, tmp + carry);
         p += n;
         size_t full = k & ~(size_t)31;
@@ -161,10 +165,10 @@ static inline uint64_t shape_hash(const unsigned char *p, const unsigned char *e
         }
         total += full;
         carry = k - full;
-        memmove(tmp, tmp + full, carry);
+        rest = tmp + full;
     }
     uint64_t w[4] = {0, 0, 0, 0}; /* the last 0-31 bytes */
-    memcpy(w, tmp, carry);
+    memcpy(w, rest, carry);
     h0 = (h0 ^ w[0] ^ ((uint64_t)carry << 56)) * 0x100000001B3ULL;
     h1 = (h1 ^ w[1]) * 0x100000001B3ULL;
     h2 = (h2 ^ w[2]) * 0x100000001B3ULL;
