@@ -20,8 +20,9 @@ FORBIDDEN = ("sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "openai
              "transformers", "sentence_transformers", "numpy", "app.api", "app.db", "app.llm",
              "app.controller", "app.web", "app.diagnoses", "app.service_cli", "app.settings",
              "app.relabel", "app.jobs", "app.failures",
-             # a plain log needs no gzip decoder, no `statistics` (it pulls in decimal and fractions)
-             "isal", "statistics")
+             # a plain log needs no gzip or zstd decoder, no `statistics` (it pulls in decimal and
+             # fractions)
+             "isal", "zstandard", "statistics")
 
 # runs the console-script entry point (app.cli:main) and reports the modules it loaded, from an
 # atexit handler (main ends diagnose/compress with os._exit, after running those); the exit code

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import zstandard
 
 from app.core.zstdframes import FrameWalker
 
-_DECODE_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, zstandard.ZstdError)
+# what a decoder raises on bad data (zstd and gzip add their own: their modules are imported only
+# for such input, so a plain log never loads them)
+_DECODE_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error)
 
 
 def _gzip_file(fileobj) -> tuple[BinaryIO, tuple[type[BaseException], ...]]:  # noqa: ANN001
@@ -126,6 +127,8 @@ class _ZstdReader:
 
     def __init__(self, raw) -> None:
         self._walker = FrameWalker()
+        import zstandard
+
         self._reader = zstandard.ZstdDecompressor().stream_reader(
             _Walked(raw, self._walker), read_size=self.RAW_READ, read_across_frames=True)
 
@@ -164,8 +167,11 @@ class _Decoder:
             self._raw_in.max_read = self.GZIP_READ
             self._stream, self._errors = _gzip_file(self._raw_in)
         elif head.startswith(ZSTD_MAGIC):
+            import zstandard
+
             report.encoding = "zstd"
             self._stream = _ZstdReader(self._raw_in)
+            self._errors = (*_DECODE_ERRORS, zstandard.ZstdError)
         else:
             self._stream = self._raw_in
             self._piece = 1 << 30  # plain bytes cannot be corrupt: read whole chunks at once
