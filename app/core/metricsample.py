@@ -61,13 +61,16 @@ class MetricSampler:
         groups = m.groupdict()
         values = {}
         for name in _VALUES:
-            v = _float(groups.get(name))
-            if v is not None:
-                values[name] = v
+            raw = groups.get(name)
+            if raw is not None:
+                v = _float(raw)
+                if v is not None:
+                    values[name] = v
         step_raw = groups.get("step")
         step = int(step_raw) if step_raw and step_raw.isdigit() else None
         point = MetricPoint(line_no, step, values, text[:500])
-        if any(math.isnan(v) or math.isinf(v) for k, v in values.items() if k in ("loss", "grad_norm")):
+        loss, grad_norm = values.get("loss", 0.0), values.get("grad_norm", 0.0)
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # a NaN/inf loss or grad norm
             if len(self.nan) < MAX_NAN_POINTS:
                 self.nan.append(point)
             return
