@@ -107,6 +107,12 @@ def _fork_range(job, slot: int) -> tuple[int, int]:
     import pickle
 
     read_fd, write_fd = os.pipe()
+    try:  # a 1 MiB pipe: the findings (MBs with thousands of templates) cross in a few reads
+        import fcntl
+
+        fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):  # (not Linux, or over the system's limit)
+        pass
     pid = os.fork()
     if pid == 0:  # the child: never returns
         code = 1
@@ -141,8 +147,10 @@ def _stop(pid: int) -> None:
 
 
 def _child_result(pid: int, read_fd: int, on_wait: Callable[[], None] | None):
-    """The findings a forked range worker sent (the child is reaped here, whatever happens); a
-    child that died before sending them all is an error naming its exit code, never a wait."""
+    """The findings a forked range worker sent; a child that died before sending them all is an
+    error naming its exit code (reaped here), never a wait. A child whose findings arrived whole
+    is left for the caller to reap (`os.waitpid`) once they are merged: its exit, freeing its
+    memory, takes a few ms that the merge need not wait for."""
     import pickle
     import select
 
@@ -160,18 +168,21 @@ def _child_result(pid: int, read_fd: int, on_wait: Callable[[], None] | None):
     except BaseException:
         _stop(pid)
         raise
+    data = b"".join(chunks)
+    if data:
+        enabled = gc.isenabled()
+        gc.disable()  # (unpickling thousands of rows would set off collections of the whole heap)
+        try:
+            return pickle.loads(data)  # (a pickle cut short does not load: the child died writing it)
+        except Exception:
+            pass
+        finally:
+            if enabled:
+                gc.enable()
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)  # (-N: killed by signal N)
-    data = b"".join(chunks)
-    if code != 0 or not data:
-        raise RuntimeError(f"a compression worker died (exit code {code})")
-    enabled = gc.isenabled()
-    gc.disable()  # (unpickling thousands of rows would set off collections of the whole heap)
-    try:
-        return pickle.loads(data)
-    finally:
-        if enabled:
-            gc.enable()
+    raise RuntimeError(f"a compression worker died (exit code {code})" if code else
+                       "a compression worker's findings were cut short")
 
 
 def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: int,
@@ -195,30 +206,35 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
             reported = done
 
     children: list[tuple[int, int]] = []
+    done: list[int] = []  # children whose findings arrived, to reap once they are merged
     try:
         for slot, job in enumerate(args[1:], start=1):
             children.append(_fork_range(job, slot))
         results = [_compress_range(args[0], report_progress if on_progress else None)]
         while children:
-            pid, read_fd = children.pop(0)  # (reaped by _child_result, whatever happens)
+            pid, read_fd = children.pop(0)  # (reaped by _child_result if it died)
             status, value = _child_result(pid, read_fd, report_progress if on_progress else None)
+            done.append(pid)
             if status == "error":
                 raise value
             results.append(value)
         if on_progress:
             report_progress()
+        merged = merge_partials([p for p, _ in results])
     finally:
         _WORKER_PROGRESS = None
         for pid, read_fd in children:  # (only after an error: stop the others)
             os.close(read_fd)
             _stop(pid)
+        for pid in done:
+            os.waitpid(pid, 0)
     report = IngestReport()
     for _, r in results:
         report.bytes_read += r.bytes_read
         report.lines_cut += r.lines_cut
         report.warnings.extend(r.warnings)
         report.cut_short = report.cut_short or r.cut_short
-    return build_log(merge_partials([p for p, _ in results]), ruleset, report)
+    return build_log(merged, ruleset, report)
 
 
 def _can_fork() -> bool:

@@ -347,24 +347,31 @@ def render(log: CompressedLog, body: str | None = None) -> str:
 
 
 def render_body(log: CompressedLog) -> str:
-    out: list[str] = []
     entries: list[tuple[int, str]] = []
     template_lines = {t.first_line for t in log.templates}
+    host_tags: dict[frozenset, str] = {}  # (many templates come from the same hosts)
     for t in log.templates:
-        where = f"L{t.first_line}" if t.count == 1 else f"L{t.first_line}-{t.last_line} ×{t.count}"
-        tags = ""
-        if t.count > 1 and len(t.ranks) > 1:
-            tags += f" ranks[{_fmt_set(t.ranks)}]"
-        if t.count > 1 and len(t.hosts) > 1:
-            tags += f" hosts[{_fmt_set(t.hosts)}]"
         mark = "!" if t.flagged else " "
-        entries.append((t.first_line, f"{mark}{where}{tags}: {t.text}"))
+        if t.count == 1:
+            entries.append((t.first_line, f"{mark}L{t.first_line}: {t.text}"))
+            continue
+        tags = f" ranks[{_fmt_set(t.ranks)}]" if len(t.ranks) > 1 else ""
+        if len(t.hosts) > 1:
+            key = frozenset(t.hosts)
+            tag = host_tags.get(key)
+            if tag is None:
+                tag = host_tags[key] = f" hosts[{_fmt_set(key)}]"
+            tags += tag
+        entries.append((t.first_line, f"{mark}L{t.first_line}-{t.last_line} ×{t.count}{tags}: {t.text}"))
     for line_no, text in log.context.items():
         if line_no not in template_lines:
             entries.append((line_no, f"~L{line_no}: {text}"))
-    entries.sort(key=lambda e: e[0])
-    out.extend(e[1] for e in entries)
-    return "".join(line + "\n" for line in out)
+    entries.sort(key=_entry_line)
+    return "".join([e[1] + "\n" for e in entries])
+
+
+def _entry_line(entry: tuple[int, str]) -> int:
+    return entry[0]
 
 
 

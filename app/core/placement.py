@@ -40,6 +40,8 @@ SCAN_BYTES = 32 * 1024 * 1024
 _MARK = b" nranks "
 _SUMMARY_HOST = regexcache.compile(r"^\s+host\s+:\s*([A-Za-z][\w.-]*)\s*$")
 _SUMMARY_RANK = regexcache.compile(r"^\s+rank\s+:\s*(\d{1,7})\b")
+# what both need somewhere in the line: a search for it spares most lines the prefix split
+_SUMMARY_HINT = regexcache.compile(r"(?:host|rank)\s+:")
 # NCCL's own host field, behind what launchers put first: pdsh's `node-3: ` / `10.0.0.15: `,
 # mpirun --tag-output's `[1,4]<stdout>:`, torchrun's `[default0]:` / `[rank3]:`
 _INIT_RE = regexcache.compile(
@@ -61,6 +63,11 @@ class JobPlacement:
         if not self.hosts or not self.gpu_count or self.gpu_count % len(self.hosts) or rank >= self.gpu_count:
             return None
         return self.hosts[rank // (self.gpu_count // len(self.hosts))]
+
+
+def _summary_hint(text: str) -> bool:
+    """Could the line be a `host :` / `rank :` line of torchrun's summary (behind any prefix)?"""
+    return ("host" in text or "rank" in text) and _SUMMARY_HINT.search(text) is not None
 
 
 @dataclass
@@ -101,7 +108,7 @@ class RankHosts:
         """torchrun's failure summary: a `host :` line, then the `rank :` of that process (also
         behind a launcher's prefix: then the two lines pair up by prefix, as hosts' output
         interleaves); an MPICH abort report."""
-        if not self._summary_host and "host" not in text and "rank" not in text and MPICH_ABORT not in text:
+        if not self._summary_host and MPICH_ABORT not in text and not _summary_hint(text):
             return  # (nothing to pair up or to end, no summary or MPICH line: most kept lines)
         prefix, own = split_launcher_prefix(text)
         if own[:1] not in (" ", "\t"):
@@ -124,7 +131,7 @@ class RankHosts:
     def is_summary_line(text: str) -> bool:
         """A `host :` or `rank :` line of torchrun's failure summary (maybe behind a launcher's
         prefix): note_kept_line must see every such line, in order."""
-        if "host" not in text and "rank" not in text:
+        if not _summary_hint(text):
             return False
         own = split_launcher_prefix(text)[1]
         return own[:1] in (" ", "\t") and bool(_SUMMARY_HOST.match(own) or _SUMMARY_RANK.match(own))

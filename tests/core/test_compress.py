@@ -572,3 +572,34 @@ def test_a_range_worker_that_dies_or_fails_is_an_error_not_a_wait(tmp_path, rule
     monkeypatch.setattr(compress_mod, "_compress_range", fails)
     with pytest.raises(ValueError, match="bad range"):
         compress_mod.compress_source(path, rules_min, workers=2, chunk_size=64 * 1024)
+
+    # findings cut short (the pipe closed mid-pickle) do not load: an error, not a partial result
+    monkeypatch.setattr(compress_mod, "_compress_range", scan)
+    dumps = pickle.dumps
+    monkeypatch.setattr(pickle, "dumps", lambda obj, protocol=None: dumps(obj, protocol)[:-20])
+    with pytest.raises(RuntimeError, match="cut short"):
+        compress_mod.compress_source(path, rules_min, workers=2, chunk_size=64 * 1024)
+
+
+def test_range_workers_are_reaped_after_the_merge(tmp_path, rules_min, monkeypatch):
+    """A child whose findings arrived is reaped once they are merged (its exit is not waited for
+    first), but it is reaped: no zombie is left behind."""
+    import os
+
+    path = tmp_path / "big.log"
+    path.write_text(make_log(20_000))
+    monkeypatch.setattr(compress_mod, "PARALLEL_MIN_BYTES", 1)
+    forked = []
+    fork = os.fork
+
+    def recording_fork():
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    log = compress_mod.compress_source(path, rules_min, workers=2, chunk_size=64 * 1024)
+    assert log.stats.lines_in == make_log(20_000).count("\n") and len(forked) == 1
+    with pytest.raises(ChildProcessError):  # (already reaped)
+        os.waitpid(forked[0], os.WNOHANG)
