@@ -146,29 +146,48 @@ def _stop(pid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def _child_result(pid: int, read_fd: int, on_wait: Callable[[], None] | None):
+class _PipeReader:
+    """A thread that reads a child's findings from its pipe as they come (the child's write does
+    not wait for this process to finish its own range, and nothing is left to read after it)."""
+
+    def __init__(self, read_fd: int) -> None:
+        import threading
+
+        self._pipe = open(read_fd, "rb", buffering=0, closefd=True)
+        self.chunks: list[bytes] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="logdx-findings", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            with self._pipe:
+                while piece := self._pipe.read(1 << 20):
+                    self.chunks.append(piece)
+        except BaseException as exc:  # (raised by the caller)
+            self.error = exc
+
+
+def _child_result(pid: int, reader: _PipeReader, on_wait: Callable[[], None] | None):
     """The findings a forked range worker sent; a child that died before sending them all is an
     error naming its exit code (reaped here), never a wait. A child whose findings arrived whole
     is left for the caller to reap (`os.waitpid`) once they are merged: its exit, freeing its
     memory, takes a few ms that the merge need not wait for."""
     import pickle
-    import select
 
-    chunks = []
     try:
-        with open(read_fd, "rb", buffering=0, closefd=True) as pipe:
-            while True:
-                if on_wait is not None and not select.select([pipe], [], [], PROGRESS_POLL_S)[0]:
-                    on_wait()
-                    continue
-                piece = pipe.read(1 << 20)
-                if not piece:
-                    break
-                chunks.append(piece)
+        while True:
+            reader.thread.join(PROGRESS_POLL_S if on_wait is not None else None)
+            if not reader.thread.is_alive():
+                break
+            on_wait()
     except BaseException:
         _stop(pid)
         raise
-    data = b"".join(chunks)
+    if reader.error is not None:
+        _stop(pid)
+        raise reader.error
+    data = b"".join(reader.chunks)
     if data:
         enabled = gc.isenabled()
         gc.disable()  # (unpickling thousands of rows would set off collections of the whole heap)
@@ -205,15 +224,20 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
             on_progress(done - reported)
             reported = done
 
-    children: list[tuple[int, int]] = []
+    forked: list[tuple[int, int]] = []
+    children: list[tuple[int, _PipeReader]] = []
     done: list[int] = []  # children whose findings arrived, to reap once they are merged
     try:
         for slot, job in enumerate(args[1:], start=1):
-            children.append(_fork_range(job, slot))
+            forked.append(_fork_range(job, slot))
+        while forked:  # (every fork first: no thread of this process runs at a fork)
+            pid, read_fd = forked[0]
+            children.append((pid, _PipeReader(read_fd)))
+            forked.pop(0)
         results = [_compress_range(args[0], report_progress if on_progress else None)]
         while children:
-            pid, read_fd = children.pop(0)  # (reaped by _child_result if it died)
-            status, value = _child_result(pid, read_fd, report_progress if on_progress else None)
+            pid, reader = children.pop(0)  # (reaped by _child_result if it died)
+            status, value = _child_result(pid, reader, report_progress if on_progress else None)
             done.append(pid)
             if status == "error":
                 raise value
@@ -223,9 +247,11 @@ def _compress_parallel(path: Path, ruleset: RuleSet, workers: int, chunk_size: i
         merged = merge_partials([p for p, _ in results])
     finally:
         _WORKER_PROGRESS = None
-        for pid, read_fd in children:  # (only after an error: stop the others)
+        for pid, read_fd in forked:  # (only after an error: stop the others)
             os.close(read_fd)
             _stop(pid)
+        for pid, _reader in children:
+            _stop(pid)  # (its reader ends at the pipe's end)
         for pid in done:
             os.waitpid(pid, 0)
     report = IngestReport()
