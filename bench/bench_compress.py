@@ -481,6 +481,7 @@ def run_shapes(args, logdx: str | None) -> int:
     pat = workdir / "filters.ere"
     pat.write_text("".join(r.ere + "\n" for r in rules if r.ere), encoding="utf-8")
     rows = []
+    records: list[dict] = []  # the same figures for --json
     try:
         for shape in shapes:
             log = out_dir / f"{shape}-{args.size_mb:g}mb.log"
@@ -497,18 +498,25 @@ def run_shapes(args, logdx: str | None) -> int:
                                             "--stats"]), log, rep)
             stats = _first_json(c.stderr) or {}
             zst_s = diag_s = "–"
+            record = {"shape": shape, "mib": round(size / MiB, 1), "lines_in": stats.get("lines_in"),
+                      "lines_kept": stats.get("lines_kept"), "grep_s": g.wall_s, "grep_cpu_s": g.cpu_s,
+                      "compress_s": c.wall_s, "compress_cpu_s": c.cpu_s, "vs_grep": g.wall_s / c.wall_s,
+                      "peak_rss_mib": c.peak_rss_mib, "load": load, "repeat": rep}
             if "diagnose" not in args.skip:
                 d = median_run(lambda: measure([logdx or "logdx", "diagnose", str(log), "--json"]), log, rep)
                 diag = _first_json(d.stdout) or {}
                 rc = diag.get("root_cause") or {}
                 ev = (rc.get("evidence") or [{}])[0]
                 diag_s = f"{d.wall_s:.2f} ({rc.get('error_type')} rank {ev.get('rank')} host {ev.get('host')})"
+                record.update(diagnose_s=d.wall_s, found={"error_type": rc.get("error_type"), "rank": ev.get("rank"),
+                                                           "host": ev.get("host")})
             if args.zst and "diagnose" not in args.skip:
                 zlog = Path(str(log) + ".zst")
                 if not (args.reuse and zlog.exists()):
                     subprocess.run(["zstd", "-q", "-T0", "-3", "-f", str(log), "-o", str(zlog)], check=True)
                 z = median_run(lambda: measure([logdx or "logdx", "diagnose", str(zlog), "--json"]), zlog, rep)
                 zst_s = f"{z.wall_s:.2f} ({z.wall_s / d.wall_s:.2f}×)"
+                record.update(zst_diagnose_s=z.wall_s, zst_vs_plain=z.wall_s / d.wall_s)
                 if not args.reuse:
                     zlog.unlink()
             mib = size / MiB
@@ -517,6 +525,7 @@ def run_shapes(args, logdx: str | None) -> int:
                 f"{g.wall_s:.2f} ({g.cpu_s or 0:.2f}) | {c.wall_s:.2f} ({c.cpu_s or 0:.2f}) | "
                 f"**{g.wall_s / c.wall_s:.2f}×** | {c.peak_rss_mib:.0f} | "
                 f"{diag_s} | {zst_s} | {mib / c.wall_s:.0f} | {load:.1f} |")
+            records.append(record)
             print(rows[-1], file=sys.stderr)
             if not (args.keep_output or args.reuse):
                 log.unlink()
@@ -528,6 +537,9 @@ def run_shapes(args, logdx: str | None) -> int:
     print("\n".join(rows))
     print(f"\n(machine: {os.cpu_count()} CPUs; load = 1-min load average before each shape; every time is the "
           f"median of {args.repeat} runs, each on a warm page cache)")
+    if args.json:
+        args.json.write_text(json.dumps({"size_mb": args.size_mb, "cpus": os.cpu_count(), "shapes": records},
+                                        indent=2) + "\n")
     return 0
 
 
