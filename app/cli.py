@@ -202,13 +202,20 @@ def _print_summary(d) -> None:
 @click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
 def compress(log: str, output: str | None, stats: bool, rules_dir: str | None) -> None:
     """Compress LOG: drop metric lines, fold repeats, keep errors with context."""
+    if output:  # (before reading a large log for nothing)
+        where = Path(output).resolve().parent
+        if not where.is_dir() or not os.access(where, os.W_OK):
+            _fail(f"cannot write {output}: {'no such directory' if not where.is_dir() else 'permission denied'}")
     pipeline = _pipeline(rules_dir)
 
     def go() -> None:
         with _progress(log) as tick:
             result = pipeline.compress(log, on_progress=tick)
         if output:
-            Path(output).write_text(result.text, encoding="utf-8")
+            try:
+                Path(output).write_text(result.text, encoding="utf-8")
+            except OSError as exc:
+                _fail(f"cannot write {output}: {exc.strerror or exc}")
         else:
             click.echo(result.text, nl=False)
         if stats:

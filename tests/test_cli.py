@@ -93,6 +93,16 @@ def test_compress_to_a_pipe_delivers_every_byte(tmp_path):
     assert logdx("compress", str(tmp_path / "missing.log")).returncode == 2
 
 
+def test_an_output_that_cannot_be_written_is_exit_2_before_the_log_is_read(tmp_path):
+    out = logdx("compress", str(CASE), "-o", str(tmp_path / "no-such-dir" / "out.txt"))
+    assert out.returncode == 2
+    err = out.stderr.decode()
+    assert err.strip().count("\n") == 0 and "cannot write" in err and "no such directory" in err
+    (tmp_path / "taken").mkdir()
+    out = logdx("compress", str(CASE), "-o", str(tmp_path / "taken"))  # a directory (click says so)
+    assert out.returncode == 2 and "is a directory" in out.stderr.decode()
+
+
 def test_missing_file_is_exit_2_with_one_line(tmp_path):
     out = logdx("diagnose", str(tmp_path / "missing.log"))
     assert out.returncode == 2
