@@ -233,15 +233,8 @@ def merge_partials(parts: list[Partial]) -> Partial:
                 mine.last_line, mine.last_text = last_line, text if last_text is None else last_text
             if flagged:
                 mine.flagged = True
-            mine_ranks, mine_hosts = mine.ranks, mine.hosts
-            if len(mine_ranks) + len(ranks) <= MAX_SET_MEMBERS:  # (the common case: no cap to apply)
-                mine_ranks.update(ranks)
-            else:
-                _add_capped(mine_ranks, ranks)
-            if len(mine_hosts) + len(hosts) <= MAX_SET_MEMBERS:
-                mine_hosts.update(hosts)
-            else:
-                _add_capped(mine_hosts, hosts)
+            _add_capped(mine.ranks, ranks)
+            _add_capped(mine.hosts, hosts)
         head.context.update(part.context)
         head.occurrences.extend(part.occurrences)
         head.rule_counts.update(part.rule_counts)
@@ -266,13 +259,13 @@ def merge_partials(parts: list[Partial]) -> Partial:
     return head
 
 
-def _add_capped(mine: set, more: Iterable) -> None:
-    """Add members to a template's rank/host set, up to MAX_SET_MEMBERS."""
+def _add_capped(mine: set, more: tuple) -> None:
+    """Add a row's members to a template's rank/host set, up to MAX_SET_MEMBERS."""
     room = MAX_SET_MEMBERS - len(mine)
-    if room <= 0:
-        return
-    more = tuple(more)
-    mine.update(more if len(more) <= room else more[:room])
+    if len(more) <= room:  # (the common case: no cap to apply, no copy)
+        mine.update(more)
+    elif room > 0:
+        mine.update(more[:room])
 
 
 def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> CompressedLog:

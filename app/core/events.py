@@ -6,7 +6,6 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-
 from app.core import regexcache
 from app.core.compressed import CompressedLog, MetricPoint, Occurrence
 from app.core.fields import fold_key

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-
 from app.core import regexcache
 from app.core.fields import MPICH_ABORT, mpich_abort, prompt_host, split_launcher_prefix
 from app.core.types import Action, ActionKind

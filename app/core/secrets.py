@@ -7,7 +7,6 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-
 from app.core import regexcache
 from app.core.validation import Strict
 
