@@ -7,6 +7,8 @@ import io
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from app.core import compress as compress_mod
 from app.core.pipeline import Pipeline
@@ -194,3 +196,19 @@ def test_lines_with_in_c_finds_the_lines_bytes_find_finds():
         assert lines_with(bytearray(buf), _MARK, length, 2) == want[:2]
     many = b"".join(b"node-%d:1:2 [0] NCCL INFO rank %d nranks 512 x\n" % (r // 8, r) for r in range(512))
     assert lines_with(many, _MARK, len(many), 10_000) == list(_lines_with(many, _MARK, len(many)))
+
+
+# the summary-line hint skips its search on printable ASCII without ` :`; the answer must stay
+# that of the search alone, for every kind of whitespace `\s` matches
+_HINT_PARTS = ["host", "rank", " ", "\t", ":", "a", "0", "\u00a0", "\x0b", "\x1c", "\u3000", "é", "[rank3]"]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(_HINT_PARTS), max_size=12).map("".join))
+@example("10.0.0.7: [rank53]: warning")
+@example("[default0]:    host      : node-3")
+@example("  rank\t: 3")
+@example("rank\u00a0: 3")
+def test_summary_hint_answers_like_its_search(text):
+    want = ("host" in text or "rank" in text) and placement_mod._SUMMARY_HINT.search(text) is not None
+    assert placement_mod._summary_hint(text) is want
