@@ -5,7 +5,10 @@ the line's host."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from app.core import fields
 from app.core.fields import extract_host, host_match, mpich_abort, prompt_host, rank_match
 from app.core.keptshapes import field_ranges
 
@@ -132,3 +135,31 @@ def test_rank_match_skips_only_patterns_that_cannot_match():
         assert (want and (want.span(), want.group(1))) == (got and (got.span(), got.group(1))), line
         found += want is not None
     assert found > 100
+
+
+# host_match skips a pattern when a literal it needs is absent; its answer must stay that of
+# trying every pattern in order
+_HOST_PARTS = ["Jul 14 03:12:55 ", "node-12", "10.0.0.15", ": ", " ", "pdsh@launcher: ",
+               "(RayTrainWorker pid=364, ip=10.0.0.218) ", "root@node1:~# ", "MPICH ERROR [Rank 5] [job id 40341.0] "
+               "[Tue Dec 12 17:52:24 2023] [nid001097] ", "host=", "hostname:", "node ", "[rank3]:",
+               "[1,4]<stdout>:", ":1234:5678 [3] NCCL INFO", "x", "Error", "A", "é", "@", "("]
+
+
+def _host_match_every_pattern(text):
+    for rx in fields._HOST_RES:
+        m = rx.search(text)
+        if m and m.group(1) not in fields._NOT_HOSTS and not m.group(1).endswith(("Error", "Exception")):
+            return m
+    return None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_HOST_PARTS), max_size=8).map("".join))
+@example("Jul 14 03:12:55 node-12 kernel: NVRM: Xid 79")
+@example("Aug  3 03:12:55 node-12 kernel: NVRM: Xid 79")
+@example("pdsh@launcher: 10.0.0.15: ssh exited with exit code 1")
+@example("(RayTrainWorker pid=364, ip=10.0.0.218) RuntimeError: boom")
+@example("")
+def test_host_match_answers_like_every_pattern_in_order(text):
+    got, want = host_match(text), _host_match_every_pattern(text)
+    assert (got and (got.re.pattern, got.span(1))) == (want and (want.re.pattern, want.span(1)))
