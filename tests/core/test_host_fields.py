@@ -153,6 +153,11 @@ def _host_match_every_pattern(text):
     return None
 
 
+def test_the_patterns_host_match_gates_are_the_last_three():
+    assert fields._HOST_RES[-3:] == [fields._PROMPT_RE, fields._MPICH_HOST_RE, fields._NAMED_HOST_RE]
+    assert fields._HOST_ANCHORED == fields._HOST_RES[:-3]
+
+
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(st.sampled_from(_HOST_PARTS), max_size=8).map("".join))
 @example("Jul 14 03:12:55 node-12 kernel: NVRM: Xid 79")
