@@ -4,7 +4,7 @@
  * with _HEX_RE = 0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b and _NUM_RE = \d+(?:\.\d+)?(?:[eE][+-]?\d+)?
  * (leftmost match, first alternative first, greedy, as the regex engine does). Text with any
  * non-ASCII character goes to the regex path (Unicode digits and word characters): fold_ascii
- * returns None for it. tests/core/test_fields.py checks both paths agree on random text.
+ * returns None for it. tests/core/test_fold_key.py checks both paths agree on random text.
  */
 #ifndef LOGDX_FOLDKEY_H
 #define LOGDX_FOLDKEY_H

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-
 from app.core.zstdframes import FrameWalker
 
 # what a decoder raises on bad data (zstd and gzip add their own: their modules are imported only

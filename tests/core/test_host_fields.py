@@ -146,11 +146,7 @@ _HOST_PARTS = ["Jul 14 03:12:55 ", "node-12", "10.0.0.15", ": ", " ", "pdsh@laun
 
 
 def _host_match_every_pattern(text):
-    for rx in fields._HOST_RES:
-        m = rx.search(text)
-        if m and m.group(1) not in fields._NOT_HOSTS and not m.group(1).endswith(("Error", "Exception")):
-            return m
-    return None
+    return next((m for rx in fields._HOST_RES if fields._a_host(m := rx.search(text))), None)
 
 
 def test_the_patterns_host_match_gates_are_the_last_three():
