@@ -425,6 +425,26 @@ static PyObject *simd_levels(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ig
     return out;
 }
 
+/* count_newlines(buf, length) -> the newlines in buf[:length], without the GIL. For buffers that
+ * have no count() of their own (the shared mappings a decoding process fills). */
+static PyObject *count_newlines(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t length, count = 0;
+    if (!PyArg_ParseTuple(args, "y*n", &buf, &length)) return NULL;
+    if (length < 0 || length > buf.len) length = buf.len;
+    const char *p = buf.buf, *end = p + length;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl) break;
+        count++;
+        p = nl + 1;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return PyLong_FromSsize_t(count);
+}
+
 /* lines_with(buf, needle, length, cap) -> [(start, end)]: the spans (without the newline) of the
  * first `cap` lines of buf[:length] that contain `needle`, each line once. memmem runs without the
  * GIL: the NCCL init lines this finds sit in the first 32 MiB of a log, and bytes.find was ~1.4
@@ -488,6 +508,8 @@ static PyMethodDef module_methods[] = {
     {"set_simd", set_simd, METH_O,
      "set_simd(level) -> previous level of the compaction (0 bytes, 1 SSSE3, 2 AVX-512; True: the best)"},
     {"simd_levels", simd_levels, METH_NOARGS, "simd_levels() -> the compaction levels this CPU can run"},
+    {"count_newlines", count_newlines, METH_VARARGS,
+     "count_newlines(buf, length) -> the newlines in buf[:length]"},
     {"lines_with", lines_with, METH_VARARGS,
      "lines_with(buf, needle, length, cap) -> [(start, end)] of the lines of buf[:length] holding needle"},
     {NULL, NULL, 0, NULL},

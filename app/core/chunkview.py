@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import mmap
+
+try:
+    from app.core._shapescan import count_newlines
+except ImportError:  # (the C extension is not built: chunks are then always bytes)
+    count_newlines = None
+
 
 class ChunkView:
     """`lines[j]` of a chunk without splitting it: spans are known for surviving lines and are
     walked from there to the neighbouring lines that context needs. The chunk may be a reused
     buffer whose first `limit` bytes are valid; lines are returned as copies (bytes)."""
 
-    def __init__(self, chunk: bytes | bytearray, n: int | None, spans: dict[int, tuple[int, int]],
+    def __init__(self, chunk: bytes | bytearray | mmap.mmap, n: int | None, spans: dict[int, tuple[int, int]],
                  limit: int | None = None) -> None:
         self._chunk = chunk
         self._count = n
@@ -20,7 +30,9 @@ class ChunkView:
         """Lines in the chunk (counted on first use: the scan may not have reached the end)."""
         if self._count is None:
             c, limit = self._chunk, self._limit
-            self._count = c.count(b"\n", 0, limit) + (1 if limit and c[limit - 1] != 10 else 0)
+            # (a shared mapping filled by a decoding process has no count())
+            newlines = c.count(b"\n", 0, limit) if count_newlines is None else count_newlines(c, limit)
+            self._count = newlines + (1 if limit and c[limit - 1] != 10 else 0)
         return self._count
 
     def __len__(self) -> int:

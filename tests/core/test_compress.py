@@ -603,3 +603,53 @@ def test_range_workers_are_reaped_after_the_merge(tmp_path, rules_min, monkeypat
     assert log.stats.lines_in == make_log(20_000).count("\n") and len(forked) == 1
     with pytest.raises(ChildProcessError):  # (already reaped)
         os.waitpid(forked[0], os.WNOHANG)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_a_compressed_log_decoded_by_a_process_compresses_as_by_a_thread(tmp_path, rules_min, monkeypatch,
+                                                                         encoding, compress_source):
+    """With more than one worker allowed (the CLI), a .gz/.zst is decoded by a forked child into
+    shared buffers; with one (a server's diagnosis worker), by a thread. Same result either way."""
+    import gzip
+
+    import zstandard
+
+    from app.core.readahead import DecodedBuffers
+
+    data = make_log(20_000).encode()
+    path = tmp_path / "job.log.bin"
+    path.write_bytes(gzip.compress(data, 1) if encoding == "gzip" else zstandard.ZstdCompressor().compress(data))
+    kinds = []
+
+    class Recording(DecodedBuffers):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            kinds.append(self.decoder_kind)
+
+    monkeypatch.setattr(compress_mod, "DecodedBuffers", Recording)
+    by_thread = compress_source(path, rules_min, workers=1, chunk_size=256 * 1024)
+    by_process = compress_source(path, rules_min, workers=2, chunk_size=256 * 1024)
+    assert kinds == ["thread", "process"]
+    assert by_process.text == by_thread.text and by_process.stats.to_json_dict() == by_thread.stats.to_json_dict()
+    assert by_process.stats.lines_in == data.count(b"\n") and by_process.occurrences
+
+
+@pytest.mark.parametrize("tail", [b"", b"no newline at the end"])
+def test_chunk_view_reads_a_shared_mapping_as_it_reads_bytes(tail):
+    """A decoding process hands over anonymous shared mappings, which have no count(): the lines
+    a view of one returns (the last one, and neighbours of known spans) equal those of bytes."""
+    import mmap
+
+    from app.core.chunkview import ChunkView
+
+    data = b"".join(b"line %d\n" % i for i in range(1000)) + tail
+    shared = mmap.mmap(-1, len(data) + 100)
+    shared[:len(data)] = data
+    lines = data.split(b"\n")
+    if not tail:
+        lines.pop()
+    for chunk in (data, bytearray(data) + b"junk past the limit", shared):
+        view = ChunkView(chunk, None, {500: (data.index(b"line 500\n"), data.index(b"line 500\n") + 8)}, len(data))
+        assert len(view) == len(lines)
+        assert [view[j] for j in (0, 498, 499, 501, 503, -1)] == [lines[j] for j in (0, 498, 499, 501, 503, -1)]
+    shared.close()

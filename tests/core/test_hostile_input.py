@@ -134,16 +134,17 @@ def test_decoded_buffers_of_a_bomb_keep_memory_bounded(make, piece):
 
 @pytest.mark.parametrize("make", [_zstd_bomb, _gzip_bomb], ids=["zstd", "gzip"])
 @pytest.mark.parametrize("piece", [ZEROS, LINES], ids=["zeros", "lines"])
-def test_decoded_buffers_stop_a_bomb_at_the_ratio_limit(make, piece):
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_decoded_buffers_stop_a_bomb_at_the_ratio_limit(make, piece, process):
     """Also a bomb of one endless line (zeros): nothing is delivered while its rest is skipped,
-    so the decoding thread checks the limits itself."""
+    so the decoder (a thread, or a forked process) checks the limits itself."""
     from app.core.ingest import Limits
     from app.core.readahead import iter_decoded_buffers
 
     report = IngestReport()
     limits = Limits(max_ratio=50, ratio_floor=8 * CHUNK)
     total = sum(n for _, n in iter_decoded_buffers(io.BytesIO(make(piece)), report, chunk_size=CHUNK,
-                                                   limits=limits))
+                                                   limits=limits, decode_process=process))
     assert 8 * CHUNK < report.bytes_read <= 12 * CHUNK  # the floor, then at most what was decoded ahead
     assert 0 < total <= report.bytes_read
     assert report.cut_short and any("expands more than 50x" in w for w in report.warnings)

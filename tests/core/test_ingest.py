@@ -144,49 +144,63 @@ ENCODERS = {
 }
 
 
-def read_decoded(source, **kw) -> tuple[bytes, IngestReport]:
-    from app.core.readahead import iter_decoded_buffers
+def read_decoded(source, *, process: bool = False, **kw) -> tuple[bytes, IngestReport]:
+    """Every buffer's lines, by the decoding thread or (`process`) by a forked decoding process."""
+    from app.core.readahead import DecodedBuffers
 
     report = IngestReport()
-    data = b"".join(bytes(buf[:n]) for buf, n in iter_decoded_buffers(source, report, **kw))
+    with DecodedBuffers(source, report, decode_process=process, **kw) as buffers:
+        data = b"".join(bytes(buf[:n]) for buf, n in buffers)
+        if report.encoding != "plain":  # (a plain stream is always read by a thread: nothing to decode)
+            assert buffers.decoder_kind == ("process" if process else "thread")
     return data, report
 
 
+DECODERS = pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+
+
+@DECODERS
 @pytest.mark.parametrize("encoding", ENCODERS)
 @pytest.mark.parametrize("tail", [b"", b"last line without newline"])
-def test_decoded_buffers_equal_the_log(tmp_path, encoding, tail):
+def test_decoded_buffers_equal_the_log(tmp_path, encoding, tail, process):
     path = tmp_path / "log.bin"
     path.write_bytes(ENCODERS[encoding](LOG + tail))
-    data, report = read_decoded(path, chunk_size=4096)
+    data, report = read_decoded(path, chunk_size=4096, process=process)
     assert data == LOG + tail and report.bytes_read == len(LOG + tail) and not report.warnings
     assert report.encoding == encoding.split("-")[0]
 
 
-def test_decoded_buffers_cut_an_overlong_line_like_the_plain_file_reader(tmp_path):
+@DECODERS
+def test_decoded_buffers_cut_an_overlong_line_like_the_plain_file_reader(tmp_path, process):
     log = b"before\n" + b"x" * (3 * 1024 * 1024) + b"\nafter\n" + b"y" * 70_000 + b"\nend"
     plain = tmp_path / "log.txt"
     plain.write_bytes(log)
     expected, plain_report = read_buffers(plain, chunk_size=256 * 1024, line_cap=65536)
     for encode in ENCODERS.values():
-        data, report = read_decoded(io.BytesIO(encode(log)), chunk_size=256 * 1024, line_cap=65536)
+        data, report = read_decoded(io.BytesIO(encode(log)), chunk_size=256 * 1024, line_cap=65536, process=process)
         assert data == expected and report.lines_cut == plain_report.lines_cut == 1
 
 
+@DECODERS
 @pytest.mark.parametrize("encoding", ["gzip", "zstd", "zstd-checksum-frames"])
-def test_decoded_buffers_of_a_truncated_archive_keep_what_decodes_and_warn(encoding):
+def test_decoded_buffers_of_a_truncated_archive_keep_what_decodes_and_warn(encoding, process):
     blob = ENCODERS[encoding](LOG)
     for cut in (len(blob) // 3, len(blob) - 2):
-        data, report = read_decoded(io.BytesIO(blob[:cut]), chunk_size=64 * 1024)
+        data, report = read_decoded(io.BytesIO(blob[:cut]), chunk_size=64 * 1024, process=process)
         assert 0 < len(data) < len(LOG) + 1 and LOG.startswith(data)
         assert len(report.warnings) == 1 and "truncated" in report.warnings[0]
+        # the warning counts the bytes decoded before the cut (within one piece of the decoder)
+        after = int(report.warnings[0].split(" after ")[1].split()[0])
+        assert len(data) - 1024 * 1024 <= after <= len(data) + 64 * 1024, (after, len(data))
 
 
-def test_decoded_buffers_of_a_corrupt_zstd_body_warn():
+@DECODERS
+def test_decoded_buffers_of_a_corrupt_zstd_body_warn(process):
     """(Frames with checksums, as the zstd tool writes them: without one, a damaged literal can
     decode to other bytes without any error.)"""
     blob = bytearray(ENCODERS["zstd-checksum-frames"](LOG))
     blob[len(blob) // 2: len(blob) // 2 + 40] = b"\xff" * 40
-    data, report = read_decoded(io.BytesIO(bytes(blob)), chunk_size=64 * 1024)
+    data, report = read_decoded(io.BytesIO(bytes(blob)), chunk_size=64 * 1024, process=process)
     assert len(report.warnings) == 1 and "zstd stream is corrupt" in report.warnings[0]
     assert data and LOG.startswith(data[:300_000])
 
@@ -203,6 +217,56 @@ def test_decoded_buffers_stop_the_decoding_thread_when_abandoned():
     assert any(t.name == "logdx-decode" for t in threading.enumerate())
     it.close()
     assert not any(t.name == "logdx-decode" for t in threading.enumerate())
+
+
+def _big_zstd() -> bytes:
+    return ENCODERS["zstd"](b"".join(b"line %d of a log that is long enough to span chunks\n" % i
+                                     for i in range(400_000)))
+
+
+def test_a_decoding_process_is_reaped_when_the_reading_is_abandoned():
+    import os
+
+    from app.core.readahead import DecodedBuffers
+
+    buffers = DecodedBuffers(io.BytesIO(_big_zstd()), IngestReport(), chunk_size=64 * 1024, decode_process=True)
+    pid = buffers._filler._pid
+    buf, n = next(iter(buffers))
+    assert bytes(buf[:n]).startswith(b"line 0 of") and buffers.decoder_kind == "process"
+    buffers.close()  # (the child was waiting for a free buffer: it is stopped, not waited for)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_decoding_process_that_dies_is_an_error_naming_its_exit_code():
+    import os
+    import signal
+
+    from app.core.readahead import DecodedBuffers
+
+    with DecodedBuffers(io.BytesIO(_big_zstd()), IngestReport(), chunk_size=64 * 1024,
+                        decode_process=True) as buffers:
+        it = iter(buffers)
+        next(it)
+        os.kill(buffers._filler._pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match=r"decoding process died \(exit code -9\)"):
+            for _ in it:  # (what it had sent before it died is read first)
+                pass
+
+
+@DECODERS
+def test_an_error_in_the_decoder_is_raised_to_the_reader(process):
+    """Not a data error (those are warnings): the source itself fails."""
+    class Failing(io.BytesIO):
+        def read(self, n=-1):
+            if self.tell() > 200_000:
+                raise ValueError("the source went away")
+            return super().read(n)
+
+    blob = ENCODERS["gzip"](b"".join(b"%d %x\n" % (i, (i * 2654435761) % 2**32) for i in range(400_000)))
+    assert len(blob) > 400_000
+    with pytest.raises(ValueError, match="the source went away"):
+        read_decoded(Failing(blob), chunk_size=64 * 1024, process=process)
 
 
 def test_zstd_frame_walker_knows_where_frames_end():
