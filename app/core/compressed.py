@@ -104,7 +104,7 @@ class CompressedLog:
     completed: Progress | None = None
     rendered: str | None = None  # the compact text, rendered once the stats are final
     rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host (NCCL init lines)
-    cut_short: bool = False  # reading stopped at a limit: the end of the log was not seen
+    cut_short: bool = False  # reading stopped early (a limit, a damaged archive): the end of the log was not seen
 
     @property
     def text(self) -> str:

@@ -85,7 +85,9 @@ class IngestReport:
     bytes_read: int = 0  # decompressed bytes delivered
     lines_cut: int = 0
     warnings: list[str] = field(default_factory=list)
-    cut_short: bool = False  # a limit (deadline, ratio) ended reading before the end of the log
+    # reading ended before the end of the log: a limit (deadline, ratio), or an archive that is
+    # truncated or corrupt (what follows the damage is not there to read)
+    cut_short: bool = False
 
 
 def _open_binary(source: str | Path | BinaryIO) -> tuple[BinaryIO, bool]:
@@ -224,6 +226,7 @@ class _Decoder:
     def _fail(self, exc: BaseException, got: int) -> None:
         self._done = True
         what = "truncated" if isinstance(exc, EOFError) else "corrupt"
+        self._report.cut_short = True  # (the log goes on past what decodes: no stall can be read from its end)
         self._report.warnings.append(
             f"{self._report.encoding} stream is {what} after {got} decompressed bytes ({exc}); "
             "diagnosed what could be read")

@@ -267,8 +267,9 @@ def _no_events(log: CompressedLog) -> Ranking:
     if log.cut_short:  # a stall is read from the end of the log, which was not reached
         rc = RootCause(
             error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1, evidence=[],
-            explanation=("No error in the part of the log that was read; reading stopped at a limit "
-                         "(see the notes) before the end, so neither the failure nor a stall can be told."))
+            explanation=("No error in the part of the log that was read; reading stopped before the end "
+                         "(a limit, or a truncated or corrupt archive: see the notes), so neither the failure "
+                         "nor a stall can be told."))
         return Ranking(rc, None, [], only_symptoms=False)
     if (done := log.completed) is not None:
         return _no_failure(

@@ -197,8 +197,8 @@ class _ForkedFiller(_FillLoop):
     """The decoder in a forked child, filling anonymous shared mappings made before the fork.
     Messages go up a pipe (a fixed header: which buffer, how long, bytes decoded and consumed so
     far, and for a cut line, the end or an error, a payload); buffers come back down another as
-    one byte each. The child reports its warnings (a corrupt or truncated stream) and its count of
-    cut lines with its last message. A child that dies is an error naming its exit code. The
+    one byte each. The child reports its warnings (a corrupt or truncated stream: reading was cut
+    short) and its count of cut lines with its last message. A child that dies is an error naming its exit code. The
     child runs only the decoder, `os.read`/`os.write` and pickle (imported here, before the fork):
     no lock another thread of this process could have held at the fork."""
 
@@ -261,11 +261,12 @@ class _ForkedFiller(_FillLoop):
     def _closing(self, exc: BaseException | None) -> bytes:
         import pickle
 
-        warnings = self._report.warnings[self._warnings_before:]
+        report = self._report
+        warnings = report.warnings[self._warnings_before:]
         try:
-            return pickle.dumps((warnings, self.lines_cut, exc))
+            return pickle.dumps((warnings, report.cut_short, self.lines_cut, exc))
         except Exception:  # (an exception that does not pickle)
-            return pickle.dumps((warnings, self.lines_cut, RuntimeError(f"decoding failed: {exc!r}")))
+            return pickle.dumps((warnings, report.cut_short, self.lines_cut, RuntimeError(f"decoding failed: {exc!r}")))
 
     def _free_buffer(self):
         # (this copy of the report is the child's own: what a corrupt-stream warning counts from)
@@ -314,8 +315,9 @@ class _ForkedFiller(_FillLoop):
             cut = bytearray(payload)
             return cut, len(cut), decoded, consumed
         self._done = True
-        warnings, self.lines_cut, exc = pickle.loads(payload)
+        warnings, cut_short, self.lines_cut, exc = pickle.loads(payload)
         self._report.warnings.extend(warnings)
+        self._report.cut_short = self._report.cut_short or cut_short
         return {self._LIMIT: _LIMIT, self._END: _END}.get(kind, exc)
 
     def give_back(self, buf) -> None:

@@ -113,6 +113,29 @@ def test_a_log_cut_short_is_not_called_a_hang(tmp_path):
     assert any("deadline" in n for n in cut.notes)
 
 
+@pytest.mark.parametrize("workers", [1, 2], ids=["decoding-thread", "decoding-process"])
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_a_truncated_archive_is_not_called_a_hang(tmp_path, encoding, workers):
+    """The log goes on past the damage: its last progress line is where the archive ends, not
+    where training stopped (the same as a deadline that cut reading short)."""
+    import gzip
+
+    from app.core.pipeline import Pipeline
+
+    data = b"".join(b" iteration %8d/  500000 | consumed samples: %12d | elapsed time per iteration (ms): "
+                    b"1234.5 | learning rate: 1.500E-04 | lm loss: %.6E |\n" % (i, 512 * i, 2 + 1 / i)
+                    for i in range(1, 20_001))
+    blob = gzip.compress(data) if encoding == "gzip" else zstandard.ZstdCompressor().compress(data)
+    whole, cut = tmp_path / "whole.log.bin", tmp_path / "cut.log.bin"
+    whole.write_bytes(blob)
+    cut.write_bytes(blob[: len(blob) // 2])
+    assert Pipeline().diagnose(whole, workers=workers).diagnosis.root_cause.error_type == "Hang"
+    diagnosis = Pipeline().diagnose(cut, workers=workers).diagnosis
+    assert diagnosis.root_cause.error_type == "Unknown", diagnosis.root_cause
+    assert "truncated or corrupt archive" in diagnosis.root_cause.explanation
+    assert any(f"{encoding} stream is truncated" in n for n in diagnosis.notes)
+
+
 @pytest.mark.parametrize("make", [_zstd_bomb, _gzip_bomb], ids=["zstd", "gzip"])
 @pytest.mark.parametrize("piece", [ZEROS, LINES], ids=["zeros", "lines"])
 def test_decoded_buffers_of_a_bomb_keep_memory_bounded(make, piece):

@@ -252,8 +252,13 @@ def test_raw_log_download_and_empty_states(client, tokens, sched):
 
 
 def test_statistics_trend_draws_days_without_failures(client, tokens, sched):
-    diagnosed_job(client, sched, "old", started_at=_recent(24 * 3 + 5), ended_at=_recent(24 * 3))
-    diagnosed_job(client, sched, "new")
+    # the newer job ends today and the older one three days earlier, at any time of day (an hour
+    # ago is yesterday just after midnight, UTC)
+    now = datetime.now(UTC)
+    ended = now - min(timedelta(hours=1), (now - now.replace(hour=0, minute=0, second=0, microsecond=0)) / 2)
+    old = ended - timedelta(days=3)
+    diagnosed_job(client, sched, "old", started_at=(old - timedelta(hours=5)).isoformat(), ended_at=old.isoformat())
+    diagnosed_job(client, sched, "new", started_at=(ended - timedelta(hours=10)).isoformat(), ended_at=ended.isoformat())
     sign_in(client, tokens["engineer"])
     page = client.get("/ui/stats", params={"range": "7d", "interval": "day"}).text
     trend = re.search(r'<svg class="columns".*?</svg>', page, re.S).group(0)
