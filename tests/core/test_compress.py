@@ -170,6 +170,7 @@ def test_a_pickled_partial_merges_like_the_one_it_came_from(rules_min):
                     t.last_line_text) for k, t in part.templates.items()}
 
     lines = make_log(300).encode().splitlines(keepends=True)
+    lines.insert(-8, (megatron(301, "nan") + "\n").encode())  # (a NaN point travels too)
     halves = [b"".join(lines[: len(lines) // 2]), b"".join(lines[len(lines) // 2:])]
 
     def partials():
@@ -189,6 +190,15 @@ def test_a_pickled_partial_merges_like_the_one_it_came_from(rules_min):
     assert template_facts(merged) == template_facts(direct)
     assert any(len(t.ranks) > 1 for t in merged.templates.values())  # (the rows carried rank sets)
     assert merged.lines_in == direct.lines_in and merged.lines_kept == direct.lines_kept
+
+    def points(series):  # (metric points travel as rows as well; repr: a NaN equals no NaN)
+        return [(p.line, p.step, repr(p.values), p.text) for p in series]
+
+    assert points(merged.metrics) == points(direct.metrics) and len(direct.metrics) > 20
+    assert points(merged.nan_points) == points(direct.nan_points) and len(direct.nan_points) == 1
+    again = pickle.loads(pickle.dumps(second))
+    assert points(again.metrics) == points(partials()[1].metrics)
+    assert all(type(p).__name__ == "MetricPoint" for p in again.metrics + again.nan_points)
 
 
 @pytest.mark.skipif(ShapeTable is None, reason="C scan loop not built")
