@@ -198,9 +198,9 @@ class _ForkedFiller(_FillLoop):
     Messages go up a pipe (a fixed header: which buffer, how long, bytes decoded and consumed so
     far, and for a cut line, the end or an error, a payload); buffers come back down another as
     one byte each. The child reports its warnings (a corrupt or truncated stream: reading was cut
-    short) and its count of cut lines with its last message. A child that dies is an error naming its exit code. The
-    child runs only the decoder, `os.read`/`os.write` and pickle (imported here, before the fork):
-    no lock another thread of this process could have held at the fork."""
+    short) and its count of cut lines with its last message. A child that dies is an error naming
+    its exit code. The child runs only the decoder, `os.read`/`os.write` and pickle (imported
+    here, before the fork): no lock another thread of this process could have held at the fork."""
 
     _DATA, _CUT, _LIMIT, _END, _ERROR = range(5)
 
@@ -304,10 +304,11 @@ class _ForkedFiller(_FillLoop):
             return _END
         head = self._up.read(self._head.size)
         if len(head) < self._head.size:
-            self._done = True
-            return RuntimeError(f"the decoding process died (exit code {self._reap()})")
+            return self._died()
         kind, idx, length, decoded, consumed, size = self._head.unpack(head)
         payload = self._up.read(size) if size else b""
+        if len(payload) < size:  # (it died writing the message)
+            return self._died()
         self.decoded, self.consumed = decoded, consumed
         if kind == self._DATA:
             return self.pool[idx], length, decoded, consumed
@@ -327,6 +328,10 @@ class _ForkedFiller(_FillLoop):
                 os.write(self._down, bytes((idx,)))
             except OSError:  # (the child ended)
                 pass
+
+    def _died(self) -> RuntimeError:
+        self._done = True
+        return RuntimeError(f"the decoding process died (exit code {self._reap()})")
 
     def _reap(self) -> int:
         pid, self._pid = self._pid, 0
