@@ -3,8 +3,10 @@ by a forked process.
 
 zstd and zlib release the GIL while they decode, so on two cores a decoding thread runs next to
 the scan; but it takes the GIL back after every piece it decodes, and waits for it (up to the
-interpreter's switch interval) whenever the scan is running Python code: on a 500 MiB `.zst`
-the thread decoded `genlog.zst` ~25 % slower than alone, gzip (read in 16 KiB pieces) far more.
+interpreter's switch interval) whenever the scan is running Python code. gzip is read in 16 KiB
+pieces (for the decompression-ratio limit), so its thread waited often: a 500 MiB `.gz` was
+diagnosed in 0.86-1.00 s that way, 0.72-0.79 s with a forked decoder (zstd, in 1 MiB pieces,
+gains little: its decoder is slowed as much by the scan sharing the cache as by the GIL).
 Where the caller allows another process (`decode_process`: the CLI, whose byte-range workers
 fork too; not a server's diagnosis worker), a forked child decodes into buffers shared with this
 process and never waits for its GIL.
