@@ -290,10 +290,11 @@ def compress_source(source: str | Path | BinaryIO, ruleset: RuleSet, *,
     # starts before the compressor builds its matchers); the progress of a compressed file is in
     # compressed bytes (the only total known in advance)
     compressed_file = on_progress is not None and _regular_file(source)
-    # (by a forked child where another process is allowed: it never waits for this one's GIL)
+    # (by a forked child where another process is allowed and fork exists: it never waits for
+    # this one's GIL)
     with DecodedBuffers(source, report, chunk_size=chunk_size, limits=limits,
                         on_consumed=on_progress if compressed_file else None,
-                        decode_process=workers > 1 and _can_fork()) as buffers:
+                        decode_process=workers > 1) as buffers:
         comp = Compressor(ruleset, use_c=use_c)
         for buf, length in buffers:
             comp.feed_buffer(buf, length)
