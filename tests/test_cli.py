@@ -40,6 +40,59 @@ def test_diagnose_summary_is_readable():
     assert b"OutOfMemoryError" in out.stdout and b"Action:" in out.stdout
 
 
+SAMPLE = REPO / "examples" / "sample_job.log"  # an ECC error with co-occurring symptoms
+
+
+def test_diagnose_summary_in_a_file_is_plain_text_one_line_per_item():
+    """Written to a file or pipe (a Slurm epilog's output), the summary is plain text: no colour
+    codes, lines not wrapped at 80 columns, the co-occurring errors as aligned columns."""
+    data = json.loads(logdx("diagnose", str(SAMPLE), "--json").stdout)
+    out = logdx("diagnose", str(SAMPLE))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.decode().splitlines()
+    assert "\x1b[" not in out.stdout.decode()
+    rc = data["root_cause"]
+    assert lines[0] == f"{rc['error_type']} ({rc['category']}), confidence {rc['confidence']:.2f}"
+    assert lines[1] == rc["explanation"] and len(lines[1]) > 80  # one line, however long
+    header = next(i for i, line in enumerate(lines) if line.startswith("co-occurring"))
+    assert lines[header].split("  ")[0] == "co-occurring" and lines[header].endswith("first line")
+    rows = lines[header + 1: header + 1 + len(data["co_occurring"])]
+    assert [row.split() for row in rows] == [[c["error_type"], c["role"], str(c["count"]), str(c["first_line"])]
+                                             for c in data["co_occurring"]]
+    column = lines[header].index("role")  # aligned under the header
+    assert all(row[column - 2: column] == "  " and row[column] != " " for row in rows)
+    assert lines[-1].startswith("Compression: ")
+
+
+def test_diagnose_summary_on_a_terminal_is_rendered_in_colour():
+    """On a terminal the same summary goes through `rich`: colour, and a drawn table."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env.update(TERM="xterm-256color", COLUMNS="120")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "diagnose", str(SAMPLE)], cwd=REPO, env=env,
+                            stdout=secondary, stderr=subprocess.PIPE)
+    os.close(secondary)
+    chunks = []
+    try:
+        while True:
+            try:
+                piece = os.read(primary, 65536)
+            except OSError:  # (EIO: the terminal's other end closed)
+                break
+            if not piece:
+                break
+            chunks.append(piece)
+    finally:
+        os.close(primary)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    text = b"".join(chunks).decode()
+    assert "\x1b[1;31mECCError\x1b[0m" in text  # the error type in bold red
+    assert "\x1b[1mAction:\x1b[0m" in text
+    assert "co-occurring" in text and "\u2502" in text  # the table, drawn
+
+
 @pytest.mark.parametrize("encode", [gzip.compress, lambda b: zstandard.ZstdCompressor().compress(b)])
 def test_stdin_and_compressed_input(encode):
     out = logdx("diagnose", "-", "--json", stdin=encode(CASE.read_bytes()))
