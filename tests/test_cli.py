@@ -86,7 +86,8 @@ def test_diagnose_summary_on_a_terminal_is_rendered_in_colour():
             chunks.append(piece)
     finally:
         os.close(primary)
-    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
     text = b"".join(chunks).decode()
     assert "\x1b[1;31mECCError\x1b[0m" in text  # the error type in bold red
     assert "\x1b[1mAction:\x1b[0m" in text
