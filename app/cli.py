@@ -163,6 +163,10 @@ def _without_llm(result, pipeline):
 
 
 Piece = tuple[str, str]  # (text, rich style; "" for none)
+# control characters but tab, as `\xNN`: a log line's escape sequences (colour, window title, an
+# OSC 52 clipboard write) are shown, not run, by the terminal reading the summary (`rich` would
+# pass ESC through)
+_VISIBLE = str.maketrans({c: f"\\x{c:02x}" for c in (*range(0, 9), *range(10, 32), *range(127, 160))})
 
 
 def _summary(d) -> tuple[list[list[Piece]], list[tuple[str, ...]], list[list[Piece]]]:
@@ -190,7 +194,9 @@ def _summary(d) -> tuple[list[list[Piece]], list[tuple[str, ...]], list[list[Pie
     tail.append([(f"Compression: {s.lines_in} lines -> {s.lines_kept} kept ({s.templates} templates), "
                   f"ratio {s.ratio}x", "")])
     tail += [[("note:", "yellow"), (f" {note}", "")] for note in d.notes]
-    return head, table, tail
+    visible = [[(text.translate(_VISIBLE), style) for text, style in line] for line in (*head, *tail)]
+    table = [tuple(cell.translate(_VISIBLE) for cell in row) for row in table]
+    return visible[:len(head)], table, visible[len(head):]
 
 
 def _print_summary(d) -> None:

@@ -64,14 +64,19 @@ def test_diagnose_summary_in_a_file_is_plain_text_one_line_per_item():
     assert lines[-1].startswith("Compression: ")
 
 
-def test_diagnose_summary_on_a_terminal_is_rendered_in_colour():
-    """On a terminal the same summary goes through `rich`: colour, and a drawn table."""
+# an error line carrying terminal control sequences: a window-title OSC ended by BEL, an OSC 52
+# clipboard write, a colour change and a C1 CSI
+HOSTILE = ("[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered "
+           "\x1b]0;owned\x07 \x1b]52;c;ZWNobyBoaQ==\x07 \x1b[31mred \u009b2J\n")
+
+
+def _run_on_a_terminal(*args: str) -> str:
     import pty
 
     primary, secondary = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     env.update(TERM="xterm-256color", COLUMNS="120")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "diagnose", str(SAMPLE)], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO, env=env,
                             stdout=secondary, stderr=subprocess.PIPE)
     os.close(secondary)
     chunks = []
@@ -88,7 +93,25 @@ def test_diagnose_summary_on_a_terminal_is_rendered_in_colour():
         os.close(primary)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    text = b"".join(chunks).decode()
+    return b"".join(chunks).decode()
+
+
+def test_control_sequences_in_a_log_are_shown_not_sent_to_the_terminal(tmp_path):
+    log = tmp_path / "hostile.log"
+    log.write_text("step 1 loss 2.0\n" + HOSTILE, encoding="utf-8")
+    plain = logdx("diagnose", str(log)).stdout.decode()
+    shown = "\\x1b]0;owned\\x07 \\x1b]52;c;ZWNobyBoaQ==\\x07 \\x1b[31mred \\x9b2J"
+    assert shown in plain and "\x1b" not in plain and "\x07" not in plain and "\u009b" not in plain
+    text = _run_on_a_terminal("diagnose", str(log), "--llm", "none")
+    assert "CUDAError" in text and "\\x1b]52;c;" in text
+    assert "\x1b]" not in text and "\x07" not in text and "\u009b" not in text  # (rich's own codes are CSI only)
+    assert json.loads(logdx("diagnose", str(log), "--json").stdout)["root_cause"]["evidence"][0]["text"] \
+        == HOSTILE.rstrip("\n")  # the contract keeps the line as it was
+
+
+def test_diagnose_summary_on_a_terminal_is_rendered_in_colour():
+    """On a terminal the same summary goes through `rich`: colour, and a drawn table."""
+    text = _run_on_a_terminal("diagnose", str(SAMPLE))
     assert "\x1b[1;31mECCError\x1b[0m" in text  # the error type in bold red
     assert "\x1b[1mAction:\x1b[0m" in text
     assert "co-occurring" in text and "\u2502" in text  # the table, drawn
