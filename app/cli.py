@@ -194,9 +194,16 @@ def _summary(d) -> tuple[list[list[Piece]], list[tuple[str, ...]], list[list[Pie
     tail.append([(f"Compression: {s.lines_in} lines -> {s.lines_kept} kept ({s.templates} templates), "
                   f"ratio {s.ratio}x", "")])
     tail += [[("note:", "yellow"), (f" {note}", "")] for note in d.notes]
-    visible = [[(text.translate(_VISIBLE), style) for text, style in line] for line in (*head, *tail)]
     table = [tuple(cell.translate(_VISIBLE) for cell in row) for row in table]
-    return visible[:len(head)], table, visible[len(head):]
+    return _visible(head), table, _visible(tail)
+
+
+def _visible(lines: list[list[Piece]]) -> list[list[Piece]]:
+    return [[(text.translate(_VISIBLE), style) for text, style in line] for line in lines]
+
+
+def _plain(line: list[Piece]) -> str:
+    return "".join(text for text, _ in line)
 
 
 def _print_summary(d) -> None:
@@ -205,12 +212,9 @@ def _print_summary(d) -> None:
     one-line log's 0.2 s)."""
     head, table, tail = _summary(d)
     if not sys.stdout.isatty():
-        out = ["".join(text for text, _ in line) for line in head]
-        if table:
-            widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-            out += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
-        out += ["".join(text for text, _ in line) for line in tail]
-        click.echo("\n".join(out))
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))] if table else []
+        rows = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+        click.echo("\n".join([*map(_plain, head), *rows, *map(_plain, tail)]))
         return
     from rich.console import Console
     from rich.text import Text

@@ -510,8 +510,8 @@ def run_shapes(args, logdx: str | None) -> int:
                 rc = diag.get("root_cause") or {}
                 ev = (rc.get("evidence") or [{}])[0]
                 diag_s = f"{d.wall_s:.2f} ({rc.get('error_type')} rank {ev.get('rank')} host {ev.get('host')})"
-                record.update(diagnose_s=d.wall_s, found={"error_type": rc.get("error_type"), "rank": ev.get("rank"),
-                                                           "host": ev.get("host")})
+                record.update(diagnose_s=d.wall_s, diagnose_cpu_s=d.cpu_s,
+                              found={"error_type": rc.get("error_type"), "rank": ev.get("rank"), "host": ev.get("host")})
             if args.zst and "diagnose" not in args.skip:
                 zlog = Path(str(log) + ".zst")
                 if not (args.reuse and zlog.exists()):
@@ -520,7 +520,7 @@ def run_shapes(args, logdx: str | None) -> int:
                 floor = median_run(lambda: measure(["zstd", "-q", "-t", str(zlog)]), zlog, rep)
                 zst_s = f"{z.wall_s:.2f} ({z.wall_s / d.wall_s:.2f}×; decode alone {floor.wall_s:.2f})"
                 record.update(zst_diagnose_s=z.wall_s, zst_vs_plain=z.wall_s / d.wall_s,
-                              zst_decode_alone_s=floor.wall_s, diagnose_cpu_s=d.cpu_s, zst_diagnose_cpu_s=z.cpu_s)
+                              zst_decode_alone_s=floor.wall_s, zst_diagnose_cpu_s=z.cpu_s)
                 if not args.reuse:
                     zlog.unlink()
             mib = size / MiB
