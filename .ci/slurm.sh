@@ -42,7 +42,7 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
   apt-get install -y -qq slurmctld slurmd slurm-client munge >&2
 fi
 
-mkdir -p "$DIR"/{etc,munge,state,spool,run,log}
+mkdir -p "$DIR"/{etc,munge,state,spool,run,log,epilog.d}
 chmod 700 "$DIR/munge"
 if [[ ! -f "$DIR/munge/munge.key" ]]; then
   dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
@@ -86,6 +86,7 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 LaunchParameters=enable_nss_slurm
 MinJobAge=3600
+EpilogSlurmctld=$DIR/etc/epilog.sh
 KillWait=3
 InactiveLimit=0
 SlurmctldTimeout=30
@@ -98,12 +99,27 @@ CONF
   done
   echo "PartitionName=debug Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
 } > "$CONF.new"
-if ! cmp -s "$CONF.new" "$CONF"; then mv "$CONF.new" "$CONF"; else rm -f "$CONF.new"; fi
+# EpilogSlurmctld runs every executable hook in $DIR/epilog.d (none by default): a test installs
+# one that runs examples/slurm_epilog.sh against its server, as a site's epilog would
+cat > "$DIR/etc/epilog.sh" <<EPILOG
+#!/bin/bash
+export PATH=/usr/local/bin:/usr/bin:/bin SLURM_CONF=$CONF
+for hook in $DIR/epilog.d/*; do
+  [[ -x "\$hook" ]] && "\$hook" >>"$DIR/log/epilog.log" 2>&1
+done
+exit 0
+EPILOG
+chmod 755 "$DIR/etc/epilog.sh"
+changed=0
+if ! cmp -s "$CONF.new" "$CONF"; then mv "$CONF.new" "$CONF"; changed=1; else rm -f "$CONF.new"; fi
 export SLURM_CONF="$CONF"
 
 if ! alive "$DIR/run/slurmctld.pid"; then
   log "starting slurmctld on $HOST:$PORT"
   slurmctld -f "$CONF" -i >&2
+elif [[ "$changed" == 1 ]]; then
+  log "slurm.conf changed: scontrol reconfigure"
+  scontrol reconfigure >&2 || true
 fi
 for i in $(seq 1 "$NODES"); do
   mkdir -p "$DIR/spool/node$i"

@@ -11,11 +11,19 @@
 #   SLURM_JOB_ID               set by Slurm; SLURM_CLUSTER_NAME, SLURM_JOB_USER, SLURM_JOB_NODELIST too
 #   LOGDX_LOG_FILE             the log to send (default: the job's StdOut from scontrol)
 #   LOGDX_GPU_COUNT, LOGDX_JOB_STATE, LOGDX_STARTED_AT, LOGDX_ENDED_AT   override sacct
+#   LOGDX_EXIT_CODE            override the job's exit code (exit:signal; default: scontrol's ExitCode,
+#                              else SLURM_JOB_EXIT_CODE2)
 #   LOGDX_WAIT_S               how long to poll a queued (202) diagnosis (default 120)
 #   LOGDX_RETRIES              curl retries on connection errors (default 3)
 #   LOGDX_RECOVER=1            then ask the restart controller to recover the job (probe, drain,
 #                              requeue from the last complete checkpoint; dry-run until an admin
-#                              enables the cluster: PUT /v1/clusters/NAME/controller)
+#                              enables the cluster: PUT /v1/clusters/NAME/controller). A job that
+#                              ended cleanly (COMPLETED, or exit code 0:0 without a failure state)
+#                              is not recovered.
+#
+# Without Slurm accounting (no sacct) the state comes from `scontrol show job`: while this epilog
+# runs the job is COMPLETING, so its Reason names a timeout or node failure and ExitCode says how
+# the batch script ended (a timed-out job reads 0:15 there but 0:0 in SLURM_JOB_EXIT_CODE2).
 #
 # A failing epilog drains the node in Slurm, so this script always exits 0; problems go to stderr.
 set -uo pipefail
@@ -43,10 +51,12 @@ main() {
     || { echo "logdx epilog: cannot create a temporary file; nothing sent" >&2; return 0; }
   trap 'rm -f "$errfile"' RETURN
 
+  # the job's record while it completes (kept for MinJobAge after): one line of Key=Value pairs
+  local rec=""
+  command -v scontrol >/dev/null && rec=" $(scontrol show job -o "$job_id" 2>/dev/null | head -n1)"
+  _field() { sed -n "s/.*[[:space:]]$1=\([^ ]*\).*/\1/p" <<<"$rec" | head -n1; }
   local log="${LOGDX_LOG_FILE:-}"
-  if [[ -z "$log" ]] && command -v scontrol >/dev/null; then
-    log=$(scontrol show job "$job_id" 2>/dev/null | sed -n 's/.*StdOut=\([^ ]*\).*/\1/p' | head -n1)
-  fi
+  [[ -z "$log" ]] && log=$(_field StdOut)
   [[ -n "$log" && -r "$log" ]] || { echo "logdx epilog: no readable log for job $job_id" >&2; return 0; }
 
   local state="${LOGDX_JOB_STATE:-}" started="${LOGDX_STARTED_AT:-}" ended="${LOGDX_ENDED_AT:-}"
@@ -56,6 +66,18 @@ main() {
     IFS='|' read -r state started ended tres < <(sacct -j "$job_id" -X -n -P -o State,Start,End,AllocTRES 2>/dev/null | head -n1)
     [[ -z "$gpus" ]] && gpus=$(sed -n 's/.*gres\/gpu=\([0-9]*\).*/\1/p' <<<"${tres:-}")
   fi
+  local exit_code="${LOGDX_EXIT_CODE:-$(_field ExitCode)}"
+  exit_code="${exit_code:-${SLURM_JOB_EXIT_CODE2:-}}"
+  if [[ -z "$state" && -n "$rec" ]]; then
+    state=$(_field JobState)
+    if [[ "$state" == COMPLETING ]]; then
+      case "$(_field Reason)" in
+        TimeLimit) state=TIMEOUT ;;
+        NodeDown|NodeFail) state=NODE_FAIL ;;
+        *) state="" ;;  # not known until the epilog ends: the exit code tells
+      esac
+    fi
+  fi
   local hosts=""
   if [[ -n "${SLURM_JOB_NODELIST:-}" ]] && command -v scontrol >/dev/null; then
     hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | paste -sd, -)
@@ -63,9 +85,9 @@ main() {
 
   local body
   body=$(JOB_ID="$job_id" CLUSTER="$cluster" STATE="$state" STARTED="$started" ENDED="$ended" \
-         GPUS="$gpus" HOSTS="$hosts" JOB_USER="${SLURM_JOB_USER:-}" \
+         GPUS="$gpus" HOSTS="$hosts" JOB_USER="${SLURM_JOB_USER:-}" EXIT_CODE="$exit_code" \
          ATTEMPT="$(( ${SLURM_RESTART_COUNT:-0} + 1 ))" python3 - <<'PY'
-import json, os
+import json, os, re
 state = os.environ["STATE"].split()[0].lower() if os.environ["STATE"] else ""
 known = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "running", "pending"}
 def when(v):  # sacct prints local time without a zone; Unknown/None when missing
@@ -75,7 +97,8 @@ body = {"cluster": os.environ["CLUSTER"], "external_id": os.environ["JOB_ID"], "
         "started_at": when(os.environ["STARTED"]), "ended_at": when(os.environ["ENDED"]),
         "gpu_count": int(os.environ["GPUS"]) if os.environ["GPUS"].isdigit() else None,
         "hosts": [h for h in os.environ["HOSTS"].split(",") if h],
-        "user": os.environ["JOB_USER"] or None, "attempt": int(os.environ["ATTEMPT"])}
+        "user": os.environ["JOB_USER"] or None, "attempt": int(os.environ["ATTEMPT"]),
+        "exit_code": os.environ["EXIT_CODE"] if re.fullmatch(r"\d{1,3}:\d{1,3}", os.environ["EXIT_CODE"]) else None}
 print(json.dumps({k: v for k, v in body.items() if v not in (None, [])}))
 PY
 )
@@ -115,7 +138,14 @@ for ev in rc["evidence"][:3]:
     print(f"  line {ev['line']}: {ev['text'][:200]}")
 print(f"  {act['reason']}")
 PY
-  if [[ "${LOGDX_RECOVER:-0}" == 1 && "$state" != COMPLETED* ]]; then
+  local clean=""
+  if [[ "$state" == COMPLETED* ]]; then clean="it completed"
+  elif [[ "$exit_code" == 0:0 && ! "$state" =~ ^(FAILED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) ]]; then
+    clean="it ended with exit code 0:0"
+  fi
+  if [[ "${LOGDX_RECOVER:-0}" == 1 && -n "$clean" ]]; then
+    echo "logdx: job $job_id not recovered: $clean"
+  elif [[ "${LOGDX_RECOVER:-0}" == 1 ]]; then
     # one key per job attempt: a retried epilog never drains or requeues twice
     local rec
     rec=$("${curl[@]}" "${auth[@]}" -X POST -H "Idempotency-Key: slurm-$cluster-$job_id-${SLURM_RESTART_COUNT:-0}" \

@@ -27,6 +27,7 @@ class RecoveryAction(StrEnum):
     CAPTURE_AND_RESTART = "capture_and_restart"
     NOTIFY_OWNER = "notify_owner"
     NOTIFY_ADMIN = "notify_admin"
+    NONE = "none"  # the job ended cleanly: nothing to recover
 
 
 RESTARTING = frozenset({RecoveryAction.ISOLATE_AND_RESTART, RecoveryAction.RETRY,
@@ -167,6 +168,42 @@ def load_recovery_rules(path: Path | str | None = None) -> RecoveryRules:
 # facts, history and the plan
 
 
+# end states that are failures even when the exit code is 0:0 (Slurm reports a timed-out job's
+# batch script as 0:0 to the epilog, and a node failure has no exit of the script at all)
+FAILED_STATES = frozenset({"failed", "timeout", "node_fail", "out_of_memory", "boot_fail", "deadline",
+                           "preempted"})
+NOT_ENDED_STATES = frozenset({"running", "pending", "requeued", "requeue_hold", "configuring", "suspended"})
+# a hang or an unrecognised log is a failure only with a signal from the scheduler
+NO_ERROR_TYPES = frozenset({ErrorType.Hang, ErrorType.Unknown})
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """How the failed attempt ended, as the scheduler (or its epilog) reported it."""
+
+    state: str | None = None  # the scheduler's word, lower case: completed, failed, timeout, running, ...
+    exit_code: str | None = None  # "exit:signal"; None when nobody reported it
+
+    @property
+    def running(self) -> bool:
+        return self.state in NOT_ENDED_STATES
+
+    @property
+    def failed(self) -> bool:
+        return self.state in FAILED_STATES or (self.exit_code is not None and self.exit_code != "0:0")
+
+    @property
+    def clean(self) -> str | None:
+        """Why the attempt counts as ended cleanly, or None."""
+        if self.running or self.state in FAILED_STATES:
+            return None
+        if self.state == "completed":
+            return "the scheduler reports the job completed"
+        if self.exit_code == "0:0":
+            return f"the job ended with exit code 0 (state {self.state or 'not reported'})"
+        return None
+
+
 @dataclass(frozen=True)
 class Facts:
     """What the diagnosis says about this failure."""
@@ -179,6 +216,7 @@ class Facts:
     last_step: int | None = None  # the last training step the failed attempt reached
     onset_step: int | None = None  # loss spike / non-finite loss onset
     evidence: tuple[str, ...] = ()
+    end: JobEnd = field(default_factory=JobEnd)
 
 
 @dataclass(frozen=True)
@@ -253,6 +291,21 @@ def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict
     `host_failures` counts, per host, the infrastructure failures (any job, within the repeat-
     offender window) that named the host before this one.
     """
+    clean = facts.end.clean
+    if clean:
+        return Plan(RecoveryAction.NONE, "completed", f"completed, nothing to do: {clean}", (),
+                    restart=False, retry_number=0)
+    if facts.error_type in NO_ERROR_TYPES and not facts.end.running and not facts.end.failed:
+        # a clean log reads as a hang (it stops without an error): with neither an end state nor
+        # an exit code (Slurm accounting off, an epilog that sent none) a restart could rerun a
+        # finished job, so this is for a person to judge
+        why = (f"the log reads as {facts.error_type.value}, but no failure was reported for the ended job "
+               f"(state {facts.end.state or 'not reported'}, exit code {facts.end.exit_code or 'not reported'}); "
+               "not restarted without a failure signal")
+        return Plan(RecoveryAction.NOTIFY_ADMIN, "no_failure_signal", why,
+                    (Step(StepKind.NOTIFY, why, params={"to": "admin", "error_type": facts.error_type.value,
+                                                        "evidence": list(facts.evidence[:5])}),),
+                    restart=False, retry_number=0, stopped=why)
     policy = rules.policy_for(facts.error_type, facts.category)
     budget = rules.budget(policy)
     limit = rules.defaults.same_failure_limit

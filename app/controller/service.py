@@ -28,15 +28,15 @@ from app.controller import store
 from app.controller.checkpoints import choose_checkpoint
 from app.controller.models import RecoveryRun
 from app.controller.probe_plan import ProbeReport
-from app.controller.recovery import Facts, Plan, RecoveryAction, RecoveryRules, Step, StepKind, plan_recovery
-from app.controller.schedulers.base import RecordingScheduler, RestartSpec, Scheduler
+from app.controller.recovery import Facts, JobEnd, Plan, RecoveryAction, RecoveryRules, Step, StepKind, plan_recovery
+from app.controller.schedulers.base import JobInfo, RecordingScheduler, RestartSpec, Scheduler, SchedulerError
 from app.core.fingerprint import fingerprint
 from app.core.types import Category, Diagnosis, ErrorType
 from app.db.base import utcnow
 from app.db.engine import Database
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
 from app.errors import BadRequest, Conflict
-from app.jobs.models import Job
+from app.jobs.models import Attempt, Job
 from app.jobs.service import get_job
 
 
@@ -47,7 +47,7 @@ class Prober(Protocol):
 _STEP_RX = re.compile(r"(?:iteration|step|iter)\s*[:=]?\s*(\d+)", re.IGNORECASE)
 
 
-def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str]) -> Facts:
+def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str], end: JobEnd | None = None) -> Facts:
     rc = diagnosis.root_cause
     onset = None
     if rc.error_type in (ErrorType.LossSpike, ErrorType.NaNLoss):
@@ -62,7 +62,26 @@ def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str]) -> Facts:
                  suspect_hosts=tuple(dict.fromkeys(suspects)), job_hosts=tuple(job_hosts),
                  last_step=last, onset_step=onset if onset is not None else (last if rc.error_type in (
                      ErrorType.LossSpike, ErrorType.NaNLoss) else None),
-                 evidence=tuple(e.text for e in rc.evidence))
+                 evidence=tuple(e.text for e in rc.evidence), end=end or JobEnd())
+
+
+# Slurm shows COMPLETING while the epilog runs; its reason says what the end state will be
+_REASON_STATE = {"TimeLimit": "timeout", "NodeDown": "node_fail", "NodeFail": "node_fail", "OutOfMemory": "out_of_memory"}
+
+
+def job_end(*, stored_state: str | None, stored_exit: str | None, info: JobInfo | None) -> JobEnd:
+    """How the attempt ended: the scheduler's word first (it is there while the job is known), the
+    epilog's report when the scheduler no longer knows the job or is still completing it."""
+    state = stored_state if stored_state not in (None, "unknown") else None
+    exit_code = stored_exit
+    if info is not None:
+        word = info.state.lower()
+        if word == "completing":
+            state = _REASON_STATE.get(info.reason or "", state)
+        elif word != "unknown":
+            state = word
+        exit_code = info.exit_code or exit_code
+    return JobEnd(state=state, exit_code=exit_code)
 
 
 class Controller:
@@ -122,11 +141,21 @@ class Controller:
     def _recover_locked(self, *, job_id: int, diagnosis_row_id: int, key: str, actor: str,
                         checkpoint_dir: str | None, dry_run: bool) -> RecoveryRun:
         now = self.clock()
+        real = self.scheduler_for_job(job_id)
+        with self.db.transaction() as session:
+            external_id = get_job(session=session, job_id=job_id).external_id
+        try:
+            info: JobInfo | None = real.job(external_id)
+        except SchedulerError:
+            info = None  # the scheduler forgot the job: the epilog's report is all there is
         with self.db.transaction() as session:
             job = get_job(session=session, job_id=job_id)
             row = session.get(DiagnosisRow, diagnosis_row_id)
             diagnosis = Diagnosis.from_json_dict(row.result)
-            facts = facts_from(diagnosis, job.host_names)
+            attempt = session.get(Attempt, row.attempt_id)
+            end = job_end(stored_state=(attempt.state if attempt else None) or job.state,
+                          stored_exit=attempt.exit_code if attempt else None, info=info)
+            facts = facts_from(diagnosis, job.host_names, end)
             window = self.rules.defaults.repeat_offender.window_s
             counts = store.host_failures(session=session, cluster=job.cluster, hosts=list(facts.suspect_hosts),
                                          since=now - timedelta(seconds=window))
@@ -139,19 +168,19 @@ class Controller:
                               status="running" if plan.restart else "stopped" if plan.stopped else "done",
                               reason=plan.stopped or plan.reason, plan=_plan_json(plan), outcome={})
             session.add(run)
-            if facts.category is Category.INFRASTRUCTURE and facts.suspect_hosts:
+            if facts.category is Category.INFRASTRUCTURE and facts.suspect_hosts and plan.action is not RecoveryAction.NONE:
                 store.add_incidents(session=session, cluster=job.cluster, hosts=list(facts.suspect_hosts),
                                     job_id=job.id, fingerprint=facts.fingerprint, error_type=facts.error_type.value)
             session.flush()
             decide = record_action(session=session, job_id=job.id, kind="decide", actor=actor, dry_run=dry_run,
-                                   diagnosis_id=row.id, params={"run_id": run.id, **_plan_json(plan)})
+                                   diagnosis_id=row.id, params={"run_id": run.id, **_plan_json(plan),
+                                                                "job_end": asdict(end)})
             finish_action(session=session, action_id=decide.id, status="done",
                           result={"reason": plan.stopped or plan.reason})
             run_id, cluster, external_id = run.id, job.cluster, job.external_id
             node_count = store.cluster_control(session=session, cluster=cluster)
             node_count = node_count.node_count if node_count else None
 
-        real = self.scheduler_for_job(job_id)
         scheduler: Scheduler = RecordingScheduler(real) if dry_run else real
         ctx = _StepContext(job_id=job_id, diagnosis_id=diagnosis_row_id, run_id=run_id, cluster=cluster,
                            external_id=external_id, actor=actor, dry_run=dry_run, facts=facts, plan=plan,

@@ -73,4 +73,6 @@ class Attempt(CreatedAtMixin, Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     state: Mapped[str | None] = mapped_column(String(32))
+    # the scheduler's "exit:signal" of the attempt (Slurm's ExitCode), when it reported one
+    exit_code: Mapped[str | None] = mapped_column(String(16))
     job: Mapped[Job] = relationship(back_populates="attempts")

@@ -28,6 +28,10 @@ class JobCreate(BaseModel):
     state: JobState | None = None
     attempt: int | None = Field(default=None, ge=1, le=10_000,
                                 description="Attempt number; a new number records a requeue.")
+    exit_code: str | None = Field(default=None, pattern=r"^\d{1,3}:\d{1,3}$",
+                                  description="How the attempt ended, as Slurm's ExitCode `exit:signal` "
+                                  "(`0:0` ended cleanly). The controller never restarts an attempt that "
+                                  "ended with 0:0 unless its state is a failure (timeout, node_fail).")
 
     @model_validator(mode="after")
     def _ordered_times(self) -> "JobCreate":

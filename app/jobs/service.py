@@ -58,6 +58,7 @@ def _apply(job: Job, data: JobCreate) -> None:
         attempt.started_at = data.started_at or attempt.started_at
         attempt.ended_at = data.ended_at or attempt.ended_at
         attempt.state = data.state or attempt.state
+        attempt.exit_code = data.exit_code or attempt.exit_code
 
 
 def upsert_job(*, session: Session, data: JobCreate) -> tuple[Job, bool]:

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from app.controller.recovery import (
-    Facts, PriorAttempt, RecoveryAction, RecoveryRulesError, StepKind, load_recovery_rules, plan_recovery,
+    Facts, JobEnd, PriorAttempt, RecoveryAction, RecoveryRulesError, StepKind, load_recovery_rules, plan_recovery,
 )
 from app.core.types import Category, ErrorType, default_category
 
@@ -12,9 +12,10 @@ RULES = load_recovery_rules()
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
-def facts(error_type=ErrorType.ECCError, fp="f1", step=100, suspects=("n2",), hosts=("n1", "n2"), onset=None):
+def facts(error_type=ErrorType.ECCError, fp="f1", step=100, suspects=("n2",), hosts=("n1", "n2"), onset=None,
+          end=JobEnd()):
     return Facts(error_type=error_type, category=default_category(error_type), fingerprint=fp,
-                 suspect_hosts=suspects, job_hosts=hosts, last_step=step, onset_step=onset)
+                 suspect_hosts=suspects, job_hosts=hosts, last_step=step, onset_step=onset, end=end)
 
 
 def prior(fp="f1", step=100, minutes=10, action=RecoveryAction.ISOLATE_AND_RESTART):
@@ -89,7 +90,7 @@ def test_loss_spike_rolls_back_before_the_onset_and_skips_batches():
 
 
 def test_hang_captures_evidence_then_restarts():
-    plan = plan_recovery(facts(ErrorType.Hang, suspects=()), [], {}, RULES, now=NOW)
+    plan = plan_recovery(facts(ErrorType.Hang, suspects=(), end=JobEnd(state="running")), [], {}, RULES, now=NOW)
     assert [s.kind for s in plan.steps] == [StepKind.CAPTURE, StepKind.REQUEUE]
 
 
@@ -111,3 +112,25 @@ def test_bad_policy_file_is_refused_with_its_name(tmp_path):
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(RecoveryRulesError, match="hardware"):
         load_recovery_rules(bad)
+
+
+@pytest.mark.parametrize("end", [JobEnd(state="completed"), JobEnd(exit_code="0:0"),
+                                 JobEnd(state="cancelled", exit_code="0:0")])
+@pytest.mark.parametrize("error_type", [ErrorType.Hang, ErrorType.ECCError])
+def test_a_job_that_ended_cleanly_is_never_restarted(end, error_type):
+    plan = plan_recovery(facts(error_type, end=end), [], {}, RULES, now=NOW)
+    assert (plan.action, plan.restart, plan.steps) == (RecoveryAction.NONE, False, ())
+    assert plan.reason.startswith("completed, nothing to do")
+
+
+@pytest.mark.parametrize("end", [JobEnd(state="timeout", exit_code="0:0"), JobEnd(state="running"),
+                                 JobEnd(exit_code="0:15"), JobEnd(state="node_fail")])
+def test_a_hang_restarts_with_a_failure_signal(end):
+    plan = plan_recovery(facts(ErrorType.Hang, suspects=(), end=end), [], {}, RULES, now=NOW)
+    assert plan.action is RecoveryAction.CAPTURE_AND_RESTART and plan.restart
+
+
+def test_a_hang_without_any_end_report_is_not_restarted():
+    plan = plan_recovery(facts(ErrorType.Hang, suspects=()), [], {}, RULES, now=NOW)
+    assert not plan.restart and plan.action is RecoveryAction.NOTIFY_ADMIN
+    assert "no failure was reported" in plan.stopped and [s.kind for s in plan.steps] == [StepKind.NOTIFY]

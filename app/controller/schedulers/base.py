@@ -23,6 +23,8 @@ class JobInfo:
     workdir: str | None = None
     checkpoint_dir: str | None = None
     restarts: int = 0
+    exit_code: str | None = None  # "exit:signal" once the job ended (Slurm's ExitCode), else None
+    reason: str | None = None  # the scheduler's reason for the state (Slurm: TimeLimit, NodeDown, ...)
     raw: dict = field(default_factory=dict)
 
 

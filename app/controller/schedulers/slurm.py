@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 from app.controller.schedulers.base import JobInfo, NodeInfo, RestartSpec, SchedulerError
 
+_NOT_ENDED = frozenset({"RUNNING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
+                        "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT"})
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
 CKPT_COMMENT = re.compile(r"logdx_ckpt=(\S+)")
 
@@ -62,10 +64,16 @@ class SlurmScheduler:
         if nodes in ("", "(null)"):
             nodes = rec.get("BatchHost", "")
         ckpt = CKPT_COMMENT.search(rec.get("Comment", ""))
-        return JobInfo(job_id=str(job_id), state=rec.get("JobState", "UNKNOWN").upper(),
+        state = rec.get("JobState", "UNKNOWN").upper()
+        # a running or queued job shows ExitCode=0:0 too: it says how the job ended only once it has
+        exit_code = rec.get("ExitCode") if state not in _NOT_ENDED else None
+        reason = rec.get("Reason")
+        return JobInfo(job_id=str(job_id), state=state,
                        nodes=tuple(self.hostnames(nodes)), workdir=rec.get("WorkDir"),
                        checkpoint_dir=ckpt.group(1) if ckpt else None,
-                       restarts=int(rec.get("Restarts", "0") or 0), raw=rec)
+                       restarts=int(rec.get("Restarts", "0") or 0),
+                       exit_code=exit_code if exit_code and ":" in exit_code else None,
+                       reason=reason if reason not in (None, "", "None", "(null)") else None, raw=rec)
 
     def nodes(self) -> dict[str, NodeInfo]:
         out = {}
