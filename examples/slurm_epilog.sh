@@ -66,6 +66,11 @@ main() {
     IFS='|' read -r state started ended tres < <(sacct -j "$job_id" -X -n -P -o State,Start,End,AllocTRES 2>/dev/null | head -n1)
     [[ -z "$gpus" ]] && gpus=$(sed -n 's/.*gres\/gpu=\([0-9]*\).*/\1/p' <<<"${tres:-}")
   fi
+  # each attempt of a requeued job is its own upload: the job's env has SLURM_RESTART_COUNT,
+  # EpilogSlurmctld has SLURM_JOB_RESTART_COUNT, scontrol shows Restarts
+  local restarts="${SLURM_RESTART_COUNT:-${SLURM_JOB_RESTART_COUNT:-$(_field Restarts)}}"
+  [[ "$restarts" =~ ^[0-9]+$ ]] || restarts=0
+  local attempt=$((restarts + 1))
   local exit_code="${LOGDX_EXIT_CODE:-$(_field ExitCode)}"
   exit_code="${exit_code:-${SLURM_JOB_EXIT_CODE2:-}}"
   if [[ -z "$state" && -n "$rec" ]]; then
@@ -86,7 +91,7 @@ main() {
   local body
   body=$(JOB_ID="$job_id" CLUSTER="$cluster" STATE="$state" STARTED="$started" ENDED="$ended" \
          GPUS="$gpus" HOSTS="$hosts" JOB_USER="${SLURM_JOB_USER:-}" EXIT_CODE="$exit_code" \
-         ATTEMPT="$(( ${SLURM_RESTART_COUNT:-0} + 1 ))" python3 - <<'PY'
+         ATTEMPT="$attempt" python3 - <<'PY'
 import json, os, re
 state = os.environ["STATE"].split()[0].lower() if os.environ["STATE"] else ""
 known = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "running", "pending"}
@@ -111,11 +116,12 @@ PY
   # the whole log as the body, streamed from disk (gz/zst files are sent as they are)
   local put
   put=$("${curl[@]}" "${auth[@]}" -X PUT -H 'Content-Type: application/octet-stream' \
-        --data-binary @"$log" "$url/v1/jobs/$id/log" 2>"$errfile") \
+        --data-binary @"$log" "$url/v1/jobs/$id/log?attempt=$attempt" 2>"$errfile") \
     || { echo "logdx epilog: upload failed: $(_reason "$put" "$errfile")" >&2; return 0; }
 
   local out
-  out=$("${curl[@]}" "${auth[@]}" -X POST "$url/v1/jobs/$id/diagnoses" 2>"$errfile") \
+  out=$("${curl[@]}" "${auth[@]}" -X POST -H 'Content-Type: application/json' -d "{\"attempt\": $attempt}" \
+        "$url/v1/jobs/$id/diagnoses" 2>"$errfile") \
     || { echo "logdx epilog: diagnosis request failed: $(_reason "$out" "$errfile")" >&2; return 0; }
   local deadline=$((SECONDS + ${LOGDX_WAIT_S:-120}))
   while python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["status"] not in ("pending","running"))' <<<"$out"; do
@@ -148,7 +154,10 @@ PY
   elif [[ "${LOGDX_RECOVER:-0}" == 1 ]]; then
     # one key per job attempt: a retried epilog never drains or requeues twice
     local rec
-    rec=$("${curl[@]}" "${auth[@]}" -X POST -H "Idempotency-Key: slurm-$cluster-$job_id-${SLURM_RESTART_COUNT:-0}" \
+    local diag
+    diag=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"$out")
+    rec=$("${curl[@]}" "${auth[@]}" -X POST -H "Idempotency-Key: slurm-$cluster-$job_id-$restarts" \
+          -H 'Content-Type: application/json' -d "{\"diagnosis_id\": $diag}" \
           "$url/v1/jobs/$id/recover") || { echo "logdx epilog: recover failed: $rec" >&2; return 0; }
     python3 - "$rec" <<'PY'
 import json, sys

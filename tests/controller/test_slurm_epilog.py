@@ -6,6 +6,7 @@ environment say."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,7 @@ class EpilogCluster:
             f"LOGDX_TOKEN={self.token} LOGDX_RECOVER=1 LOGDX_WAIT_S=60\n"
             f'bash {REPO / "examples" / "slurm_epilog.sh"} 2>&1 | sed "s/^/[job $SLURM_JOB_ID] /"\n')
         self.hook.chmod(0o755)
+        self.submitted: list[str] = []
 
     def enable(self, cluster: str = "logdx") -> None:
         resp = httpx.put(f"{self.server.url}/v1/clusters/{cluster}/controller", headers=self.admin,
@@ -74,7 +76,9 @@ class EpilogCluster:
                               "-D", str(self.tmp), "-o", str(self.tmp / "job-%j.log"),
                               "--comment", f"logdx_ckpt={self.tmp / 'ckpt'}", str(script), mode, str(fail_runs)],
                              env=self.slurm.env, capture_output=True, text=True, check=True)
-        return out.stdout.strip().split(";")[0]
+        ext = out.stdout.strip().split(";")[0]
+        self.submitted.append(ext)
+        return ext
 
     def epilog_lines(self, ext: str) -> list[str]:
         text = EPILOG_LOG.read_text() if EPILOG_LOG.exists() else ""
@@ -98,6 +102,8 @@ class EpilogCluster:
 
     def close(self) -> None:
         self.hook.unlink(missing_ok=True)
+        if self.submitted:  # a job still cycling through requeues (a failed test) must not outlive it
+            subprocess.run(["scancel", *self.submitted], env=self.slurm.env, capture_output=True)
         self.server.kill()
 
 
@@ -129,3 +135,17 @@ def test_a_job_that_completed_is_never_requeued_through_the_epilog(cluster):
     assert run["reason"].startswith("completed, nothing to do") and "restart" not in run["outcome"]
     time.sleep(3)
     assert cluster.slurm.job(ext).restarts == 0
+
+
+def test_an_epilog_driven_job_reaches_its_fingerprint_stop_on_the_third_failure(cluster):
+    cluster.enable()
+    ext = cluster.submit("s3", fail_runs=99)  # the same storage error every run, no progress past step 30
+    lines = cluster.wait_reports(ext, 3, timeout_s=180)
+    runs = [re.search(r"logdx: recovery \d+: (\w+) \((dry-run|acted), (\w+)\): (.*)", ln).groups() for ln in lines]
+    assert [r[:3] for r in runs] == [("retry", "acted", "done")] * 2 + [("notify_owner", "acted", "stopped")], runs
+    assert "the same failure" in runs[2][3] and "3 times in a row" in runs[2][3]
+    assert cluster.job(ext)["attempts"] == [1, 2, 3]
+    time.sleep(3)  # no fourth run: the stop held
+    info = cluster.slurm.job(ext)
+    assert (info.state, info.restarts) == ("FAILED", 2), info
+    assert not [ln for ln in cluster.epilog_lines(ext) if "log_shrinks" in ln or "upload failed" in ln]

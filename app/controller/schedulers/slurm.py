@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Sequence
 
 from app.controller.schedulers.base import JobInfo, NodeInfo, RestartSpec, SchedulerError
@@ -103,6 +105,22 @@ class SlurmScheduler:
         start = "now" if delay_s <= 0 else f"now+{int(round(delay_s))}"
         updates.append(f"StartTime={start}")
         self._run("scontrol", "update", *updates)
+        if info.state == "COMPLETING":
+            # asked from EpilogSlurmctld: Slurm requeues (and holds ~120 s) only once the epilog
+            # has ended, after this update; set the start time again once the job is pending
+            threading.Thread(target=self._start_when_pending, args=(job_id, updates), daemon=True,
+                             name=f"slurm-requeue-{job_id}").start()
+
+    def _start_when_pending(self, job_id: str, updates: list[str], timeout_s: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                if self.job(job_id).state in ("PENDING", "REQUEUED"):
+                    self._run("scontrol", "update", *updates)
+                    return
+            except SchedulerError:
+                return
 
     def stack_dump(self, job_id: str, *, timeout_s: float = 60.0) -> dict[str, str]:
         """py-spy dumps of the job's processes on each node (`scontrol listpids` there), through an
