@@ -23,7 +23,7 @@ def test_epilog_asks_for_recovery_once_per_attempt(tmp_path):
     data = tmp_path / "data"
     local = LocalScheduler(data / "local-scheduler", ["n1", "n2"])
     (tmp_path / "w").mkdir()
-    ext = local.submit([sys.executable, "-c", "pass"], workdir=tmp_path / "w", nodes=2)
+    ext = local.submit([sys.executable, "-c", "raise SystemExit(1)"], workdir=tmp_path / "w", nodes=2)
     server = LiveServer({"LOGDX_DATA_DIR": str(data),
                          "LOGDX_DIAGNOSIS_EXECUTOR": "thread", "LOGDX_CONTROLLER_LOCAL_NODES": '["n1","n2"]'}).start()
     try:
