@@ -336,8 +336,11 @@ def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict
     retry_number = restarts + 1
     if facts.category is Category.INFRASTRUCTURE:
         threshold = rules.defaults.repeat_offender.failures
+        # only hosts of this job: a host the log names that the job never ran on (a peer's
+        # address in an NCCL error, a storage server) is no evidence against that host here
         offenders = tuple(sorted(h for h in facts.suspect_hosts
-                                 if host_failures.get(h, 0) + 1 >= threshold))
+                                 if host_failures.get(h, 0) + 1 >= threshold
+                                 and (not facts.job_hosts or h in facts.job_hosts)))
     if policy.probe_first and facts.job_hosts:
         suspects = [h for h in facts.suspect_hosts if h in facts.job_hosts]
         steps.append(Step(StepKind.PROBE, "find the faulty node with the two-round allgather test",

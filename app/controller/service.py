@@ -192,9 +192,16 @@ class Controller:
         except Exception as exc:
             status = "failed"
             ctx.outcome["error"] = f"{type(exc).__name__}: {exc}"
+        short = ctx.outcome.get("not_requeued")
+        if short and status != "failed":
+            status = "stopped"
+            self._audit(ctx, "notify", {"reason": short, "to": "admin"},
+                        lambda: {"notified": "admin", "message": short})
         with self.db.transaction() as session:
             run = session.get(RecoveryRun, run_id)
             run.status = status
+            if short:
+                run.reason = short
             run.outcome = {**ctx.outcome, "commands": getattr(scheduler, "commands", [])}
             return run
 
@@ -227,6 +234,10 @@ class Controller:
                         lambda: self._probe(ctx, scheduler, step))
         elif step.kind is StepKind.DRAIN:
             hosts = list(step.hosts) or list(ctx.outcome.get("probe", {}).get("faulty", []))
+            # the hosts the log names first: when the breaker lets only some drains through,
+            # those are the ones the evidence points at
+            named = set(ctx.facts.suspect_hosts)
+            hosts.sort(key=lambda h: h not in named)
             for host in hosts:
                 if host in ctx.drained:
                     continue
@@ -278,7 +289,9 @@ class Controller:
 
     def _drain(self, ctx: _StepContext, scheduler: Scheduler, host: str, reason: str) -> dict:
         nodes = scheduler.nodes()
-        if host in nodes and nodes[host].drained:
+        if host not in nodes:
+            return {"_status": "skipped", "why": f"{host} is not a node of the {scheduler.name} scheduler"}
+        if nodes[host].drained:
             ctx.drained.add(host)
             return {"_status": "skipped", "why": f"{host} is already {nodes[host].state}"}
         breaker = self.rules.defaults.breaker
@@ -305,6 +318,10 @@ class Controller:
         # restarts a job that is still running.
         if info.state in _QUEUED or (info.state == "RUNNING" and ctx.plan.action is not RecoveryAction.CAPTURE_AND_RESTART):
             return {"_status": "skipped", "why": f"job {ctx.external_id} is {info.state} already", "job_state": info.state}
+        short = self._capacity_short(ctx, scheduler, info)
+        if short:
+            ctx.outcome["not_requeued"] = short
+            return {"_status": "refused", "why": short, "job_state": info.state}
         ckpt_dir = ctx.checkpoint_dir or info.checkpoint_dir
         before = step.params.get("before_step")
         choice = choose_checkpoint(ckpt_dir, before_step=before) if ckpt_dir else None
@@ -320,6 +337,32 @@ class Controller:
         return {"checkpoint": spec.checkpoint, "checkpoint_step": spec.checkpoint_step,
                 "skip_batches": skip, "exclude": list(spec.exclude), "job_state_before": info.state,
                 "checkpoint_note": choice.note if choice else "no checkpoint directory known"}
+
+
+    @staticmethod
+    def _capacity_short(ctx: _StepContext, scheduler: Scheduler, info: JobInfo) -> str | None:
+        """Why the job could not be scheduled again (too few usable nodes), or None. Usable: known
+        to the scheduler, not drained or down, not excluded for this job."""
+        need = info.node_count or len(info.nodes) or len(ctx.facts.job_hosts)
+        if need <= 0:
+            return None
+        nodes = scheduler.nodes()
+        excluded = set(ctx.exclude) | set(_exc_nodes(scheduler, info))
+        usable = [n for n, node in nodes.items() if not node.drained and n not in excluded]
+        if len(usable) >= need:
+            return None
+        return (f"not requeued: the job needs {need} nodes and only {len(usable)} of the {scheduler.name} "
+                f"scheduler's {len(nodes)} are usable ({len(excluded)} excluded for it, "
+                f"{sum(1 for n in nodes.values() if n.drained)} drained or down); an admin must look")
+
+
+def _exc_nodes(scheduler: Scheduler, info: JobInfo) -> list[str]:
+    """Nodes the job already excludes (Slurm's ExcNodeList)."""
+    exc = info.raw.get("ExcNodeList", "") if isinstance(info.raw, dict) else ""
+    expand = getattr(scheduler, "hostnames", None) or getattr(getattr(scheduler, "inner", None), "hostnames", None)
+    if not exc or exc in ("(null)", "None") or expand is None:
+        return []
+    return list(expand(exc))
 
 
 _QUEUED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING"})

@@ -134,3 +134,10 @@ def test_a_hang_without_any_end_report_is_not_restarted():
     plan = plan_recovery(facts(ErrorType.Hang, suspects=()), [], {}, RULES, now=NOW)
     assert not plan.restart and plan.action is RecoveryAction.NOTIFY_ADMIN
     assert "no failure was reported" in plan.stopped and [s.kind for s in plan.steps] == [StepKind.NOTIFY]
+
+
+def test_a_repeat_offender_outside_the_job_is_not_drained():
+    # the log names n9 (a peer's address, say), which this job never ran on
+    plan = plan_recovery(facts(suspects=("n2", "n9")), [], {"n2": 2, "n9": 5}, RULES, now=NOW)
+    assert plan.repeat_offenders == ("n2",)
+    assert [s.hosts for s in plan.steps if s.kind is StepKind.DRAIN and s.hosts] == [("n2",)]

@@ -181,3 +181,37 @@ def test_breaker_stops_a_mass_drain(app, client, sched, slurm, tmp_path):
     assert len(run.outcome["drained"]) == 1 and len(run.outcome["breaker"]) == 1
     drained = [n for n, i in slurm.nodes().items() if "DRAIN" in i.state]
     assert drained == run.outcome["drained"]
+
+
+def test_no_requeue_when_too_few_usable_nodes_are_left(app, client, sched, eng, slurm, tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    ext = submit(slurm, tmp_path, "xid", fail_runs=1, nodes=3)
+    assert wait(slurm, ext, restarts=0) == "FAILED"
+    nodes = slurm.job(ext).nodes
+    bad, spare = nodes[-1], next(n for n in NODES if n not in nodes)
+    slurm.drain(spare, reason="maintenance (test)")
+    job_id = report_failure(client, sched, cluster, slurm, ext, tmp_path)
+    enable(app, cluster)
+    run = controller(app, slurm, faults=f"{bad}=exit_before").recover(job_id=job_id, actor="epilog")
+    assert run.outcome["drained"] == [bad] and "restart" not in run.outcome, run.outcome
+    assert run.status == "stopped" and "needs 3 nodes and only 2" in run.reason, run.reason
+    time.sleep(3)
+    assert (slurm.job(ext).state, slurm.job(ext).restarts) == ("FAILED", 0)
+    kinds = [a["kind"] for a in client.get(f"/v1/jobs/{job_id}/actions", headers=eng).json()["items"]]
+    assert kinds[-1] == "notify", kinds
+
+
+def test_the_breaker_lets_the_drain_of_the_host_the_log_names_through(app, client, sched, slurm, tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    ext = submit(slurm, tmp_path, "xid", fail_runs=1, nodes=4)
+    wait(slurm, ext, restarts=0)
+    named = slurm.job(ext).nodes[-1]  # the host the Xid line names
+    other = next(n for n in NODES if n != named)
+    job_id = report_failure(client, sched, cluster, slurm, ext, tmp_path)
+    enable(app, cluster)
+    faults = ",".join(f"{h}=exit_before" for h in sorted([named, other]))
+    run = controller(app, slurm, faults=faults).recover(job_id=job_id, actor="epilog")
+    subprocess.run(["scancel", ext], env=slurm.env)
+    assert sorted(run.outcome["probe"]["faulty"]) == sorted([named, other])
+    assert run.outcome["drained"] == [named] and run.outcome["breaker"] == [other], run.outcome
+    assert [n for n, i in slurm.nodes().items() if "DRAIN" in i.state] == [named]

@@ -23,6 +23,7 @@ class JobInfo:
     workdir: str | None = None
     checkpoint_dir: str | None = None
     restarts: int = 0
+    node_count: int = 0  # nodes the job asks for (0: as many as `nodes`)
     exit_code: str | None = None  # "exit:signal" once the job ended (Slurm's ExitCode), else None
     reason: str | None = None  # the scheduler's reason for the state (Slurm: TimeLimit, NodeDown, ...)
     raw: dict = field(default_factory=dict)

@@ -74,6 +74,7 @@ class SlurmScheduler:
                        nodes=tuple(self.hostnames(nodes)), workdir=rec.get("WorkDir"),
                        checkpoint_dir=ckpt.group(1) if ckpt else None,
                        restarts=int(rec.get("Restarts", "0") or 0),
+                       node_count=int(m.group(1)) if (m := re.match(r"(\d+)", rec.get("NumNodes", ""))) else 0,
                        exit_code=exit_code if exit_code and ":" in exit_code else None,
                        reason=reason if reason not in (None, "", "None", "(null)") else None, raw=rec)
 
