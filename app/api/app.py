@@ -17,6 +17,7 @@ from app.api.body_limit import BodyTimeoutMiddleware, JsonBodyLimitMiddleware
 from app.api.deps import Services
 from app.api.docs import ASSETS_PATH, install_docs
 from app.api.errors import install_error_handlers
+from app.api.front import router as front_router
 from app.api.health import router as health_router
 from app.api.metrics import Metrics, MetricsMiddleware
 from app.controller.router import router as controller_router
@@ -112,7 +113,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     install_docs(app)
     app.state.services = services
     install_error_handlers(app)
-    for router in (health_router, jobs_router, logs_router, diagnoses_router, labels_router,
+    for router in (front_router, health_router, jobs_router, logs_router, diagnoses_router, labels_router,
                    rules_router, stats_router, actions_router, relabel_router, rule_impact_router,
                    failures_router, controller_router):
         app.include_router(router)
