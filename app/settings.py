@@ -217,6 +217,21 @@ class Settings(BaseSettings):
         default=None,
         description="Recovery policy file; unset: <rules_dir>/recovery.yaml if present, else the shipped one.",
     )
+    notify_webhook_url: SecretStr | None = Field(
+        default=None,
+        description="Webhook the controller POSTs JSON to when it stops restarting, escalates or a failure "
+        "needs a person (owner or admin); the payload has a `text` field, so a Slack incoming webhook "
+        "works as is. Unset: notifications are only recorded in the audit log.",
+    )
+    notify_webhook_retries: int = Field(
+        default=3, ge=0, le=10, description="Retries of a failed webhook delivery (refused, timeout, non-2xx).",
+    )
+    notify_webhook_timeout_s: float = Field(
+        default=5.0, gt=0, le=60, description="Timeout of one webhook POST.",
+    )
+    notify_webhook_backoff_s: float = Field(
+        default=1.0, ge=0, le=300, description="Wait before the first retry; doubled before each next one.",
+    )
 
     @model_validator(mode="after")
     def _expand(self) -> "Settings":

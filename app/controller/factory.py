@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.controller.notify import WebhookNotifier
 from app.controller.probe_runner import SchedulerProber
 from app.controller.recovery import RULES_FILE, RecoveryRules, load_recovery_rules
 from app.controller.schedulers.base import Scheduler
@@ -39,7 +40,15 @@ def build_prober(settings: Settings) -> SchedulerProber:
                            port=settings.controller_probe_port)
 
 
+def build_notifier(settings: Settings) -> WebhookNotifier | None:
+    if settings.notify_webhook_url is None:
+        return None
+    return WebhookNotifier(settings.notify_webhook_url.get_secret_value(), retries=settings.notify_webhook_retries,
+                           timeout_s=settings.notify_webhook_timeout_s, backoff_s=settings.notify_webhook_backoff_s)
+
+
 def build_controller(settings: Settings, db: Database, *, rules: RecoveryRules | None = None) -> Controller:
     scheduler = build_scheduler(settings)
     return Controller(db=db, rules=rules or load_recovery_rules(recovery_rules_path(settings)),
-                      scheduler_for=lambda job: scheduler, prober=build_prober(settings))
+                      scheduler_for=lambda job: scheduler, prober=build_prober(settings),
+                      notifier=build_notifier(settings))

@@ -35,7 +35,8 @@ class RecoveryRun(CreatedAtMixin, Base):
 
 
 class HostIncident(CreatedAtMixin, Base):
-    """A host named by an infrastructure failure (any job): repeat offenders are drained."""
+    """A host named by a real infrastructure failure (any job): repeat offenders are drained.
+    Resuming the node after a repair resolves its incidents (kept, no longer counted)."""
 
     __tablename__ = "host_incidents"
     __table_args__ = (Index("ix_host_incidents_cluster_host", "cluster", "host"),)
@@ -46,6 +47,8 @@ class HostIncident(CreatedAtMixin, Base):
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     fingerprint: Mapped[str] = mapped_column(String(32))
     error_type: Mapped[str] = mapped_column(String(64))
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    resolved_by: Mapped[str | None] = mapped_column(String(128))
 
 
 class ProbeRun(CreatedAtMixin, Base):

@@ -7,8 +7,9 @@ from fastapi import APIRouter, Depends, Header, Path
 from app.api.deps import Admin, DbDep, Engineer, Scheduler, ServicesDep
 from app.api.openapi import ERRORS
 from app.controller import store
+from app.controller.hosts import map_hosts
 from app.controller.schemas import (
-    ClusterControlIn, ClusterControlOut, ProbeList, ProbeOut, ProbeRequest, RecoveryList, RecoveryOut,
+    ClusterControlIn, ClusterControlOut, NodeResumeIn, NodeResumeOut, ProbeList, ProbeOut, ProbeRequest, RecoveryList, RecoveryOut,
     RecoverRequest,
 )
 from app.controller.service import Controller
@@ -16,6 +17,7 @@ from app.errors import InvalidInput, NotFound
 from app.jobs.service import get_job
 from app.schemas_common import _NO_CONTROL, ObjectId
 
+HostName = Annotated[str, Path(min_length=1, max_length=255, pattern=_NO_CONTROL, description="Node name (or its FQDN)")]
 ClusterName = Annotated[str, Path(min_length=1, max_length=128, pattern=_NO_CONTROL, description="Cluster name")]
 
 router = APIRouter(tags=["controller"], responses=ERRORS)
@@ -45,7 +47,7 @@ def _probe_out(row) -> ProbeOut:  # noqa: ANN001
 
 @router.post("/v1/jobs/{job_id}/recover", response_model=RecoveryOut)
 def recover(job_id: ObjectId, controller: ControllerDep, principal: Scheduler, body: RecoverRequest | None = None,
-            idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200, pattern=_NO_CONTROL)] = None,
+            idempotency_key: Annotated[str | None, Header(min_length=1, max_length=192, pattern=_NO_CONTROL)] = None,
             ) -> RecoveryOut:
     """Plan and carry out the recovery of the job's failure (dry-run unless the cluster is
     enabled). Synchronous: a probe takes up to a few timeouts. A repeated request with the same
@@ -84,18 +86,28 @@ def run_probe(body: ProbeRequest, controller: ControllerDep, db: DbDep, _: Admin
     """Run the two-round allgather probe on the given nodes now and store the result."""
     scheduler = controller.scheduler_for(None)
     known = scheduler.nodes()
-    unknown = sorted(set(body.hosts) - set(known))
-    if unknown:
-        raise InvalidInput(f"hosts unknown to the {scheduler.name} scheduler: {unknown[:10]}",
-                           detail={"unknown": unknown[:100]})
+    names = map_hosts(body.hosts, known)  # node[1-4], node3.cluster.example: the scheduler's node1..4, node3
+    if names.unknown:
+        raise InvalidInput(f"hosts unknown to the {scheduler.name} scheduler: {list(names.unknown)[:10]}",
+                           detail={"unknown": list(names.unknown)[:100]})
     if controller.prober is None:
         raise NotFound("no prober is configured")
-    report = controller.prober(scheduler, list(dict.fromkeys(body.hosts)), suspects=body.suspects)
+    hosts = names.known
+    report = controller.prober(scheduler, hosts, suspects=map_hosts(body.suspects, known).known)
     with db.transaction() as session:
         if body.job_id is not None:
             get_job(session=session, job_id=body.job_id)
         return _probe_out(store.save_probe(session=session, cluster=body.cluster, job_id=body.job_id,
-                                           hosts=body.hosts, report=report))
+                                           hosts=hosts, report=report))
+
+
+@router.post("/v1/controller/nodes/{host}/resume", response_model=NodeResumeOut)
+def resume_node(host: HostName, body: NodeResumeIn, controller: ControllerDep, principal: Admin) -> NodeResumeOut:
+    """A repaired node back into service: resumed in the scheduler (Slurm `State=RESUME`, a
+    Kubernetes node uncordoned) and its host incidents in the cluster resolved, so it is no longer
+    a repeat offender."""
+    return NodeResumeOut(**controller.resume_node(cluster=body.cluster, host=host, actor=f"api:{principal.name}",
+                                                  reason=body.reason))
 
 
 @router.get("/v1/clusters/{cluster}/controller", response_model=ClusterControlOut)

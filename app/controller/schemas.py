@@ -7,7 +7,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.schemas_common import _NO_CONTROL, LongName, Name
 
-Key = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_NO_CONTROL)]
+# 192: the stored key is at most 200 with the "dry-run:" prefix of a dry run
+Key = Annotated[str, StringConstraints(min_length=1, max_length=192, pattern=_NO_CONTROL)]
 PathText = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=_NO_CONTROL)]
 
 
@@ -88,3 +89,20 @@ class ClusterControlOut(BaseModel):
     node_count: int | None
     updated_by: str
     updated_at: datetime
+
+
+class NodeResumeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"cluster": "seren", "reason": "GPU 3 replaced (ticket 4711)"}]})
+
+    cluster: Name = Field(description="Whose host incidents the repair resolves.")
+    reason: Annotated[str, StringConstraints(max_length=200, pattern=_NO_CONTROL)] = ""
+
+
+class NodeResumeOut(BaseModel):
+    cluster: str
+    host: str
+    state_before: str
+    state: str
+    incidents_resolved: int
+    resolved_by: str

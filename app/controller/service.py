@@ -3,11 +3,13 @@
 `Controller.recover` is a reconcile step: it reads the stored state (job, diagnosis, history,
 host incidents, the cluster's switch), plans with the pure policy (app/controller/recovery.py)
 and carries the plan out step by step (probe, drain, capture, requeue, notify), recording each
-step before and after in `controller_actions`. Dry-run (the default until an admin enables a
+step before and after in `controller_actions`. A notification is a webhook POST delivered in the
+background (notify.py); its audit row says how the delivery ended. Dry-run (the default until an admin enables a
 cluster) runs the same code with the scheduler recording instead of acting.
 
 Safety: one controller action per job at a time (a lock row), an idempotency key per request (a
-retried webhook gets the first run back), and a breaker that refuses to drain more than a share
+retried webhook gets the first run back; dry runs keep their keys apart, "dry-run:<key>", so a
+dry run never answers a real request), and a breaker that refuses to drain more than a share
 of a cluster's nodes within a window.
 """
 
@@ -26,7 +28,9 @@ from sqlalchemy import select
 from app.actions.service import finish_action, record_action
 from app.controller import store
 from app.controller.checkpoints import choose_checkpoint
+from app.controller.hosts import map_hosts, normalise_hosts
 from app.controller.models import RecoveryRun
+from app.controller.notify import Delivery, WebhookNotifier, message
 from app.controller.probe_plan import ProbeReport
 from app.controller.recovery import Facts, JobEnd, Plan, RecoveryAction, RecoveryRules, Step, StepKind, plan_recovery
 from app.controller.schedulers.base import JobInfo, RecordingScheduler, RestartSpec, Scheduler, SchedulerError
@@ -35,9 +39,12 @@ from app.core.types import Category, Diagnosis, ErrorType
 from app.db.base import utcnow
 from app.db.engine import Database
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
-from app.errors import BadRequest, Conflict
+from app.errors import BadRequest, Conflict, InvalidInput
 from app.jobs.models import Attempt, Job
 from app.jobs.service import get_job
+
+
+DRY_RUN_KEY_PREFIX = "dry-run:"
 
 
 class Prober(Protocol):
@@ -57,9 +64,11 @@ def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str], end: JobEnd | Non
                 onset = int(m.group(1))
                 break
     last = diagnosis.last_progress.step if diagnosis.last_progress else None
-    suspects = list(diagnosis.action.suspect_hosts) + [e.host for e in rc.evidence if e.host]
+    # `node[1-4]` and `node3.cluster.example` become node1..node4 and node3, the names the
+    # scheduler and the incident counts use
+    suspects = normalise_hosts(list(diagnosis.action.suspect_hosts) + [e.host for e in rc.evidence if e.host])
     return Facts(error_type=rc.error_type, category=rc.category, fingerprint=fingerprint(diagnosis),
-                 suspect_hosts=tuple(dict.fromkeys(suspects)), job_hosts=tuple(job_hosts),
+                 suspect_hosts=suspects, job_hosts=normalise_hosts(job_hosts),
                  last_step=last, onset_step=onset if onset is not None else (last if rc.error_type in (
                      ErrorType.LossSpike, ErrorType.NaNLoss) else None),
                  evidence=tuple(e.text for e in rc.evidence), end=end or JobEnd())
@@ -87,11 +96,13 @@ def job_end(*, stored_state: str | None, stored_exit: str | None, info: JobInfo 
 class Controller:
     def __init__(self, *, db: Database, rules: RecoveryRules, scheduler_for: Callable[[Job], Scheduler],
                  prober: Prober | None = None, clock: Callable[[], datetime] = utcnow,
-                 lock_ttl_s: float = 1800.0, holder: str | None = None) -> None:
+                 lock_ttl_s: float = 1800.0, holder: str | None = None,
+                 notifier: WebhookNotifier | None = None) -> None:
         self.db = db
         self.rules = rules
         self.scheduler_for = scheduler_for
         self.prober = prober
+        self.notifier = notifier
         self.clock = clock
         self.lock_ttl_s = lock_ttl_s
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
@@ -105,23 +116,29 @@ class Controller:
         with self.db.transaction() as session:
             job = get_job(session=session, job_id=job_id)
             row = self._diagnosis(session, job, diagnosis_id)
-            key = idempotency_key or f"job:{job.id}:diagnosis:{row.id}"
-            existing = store.run_by_key(session=session, key=key)
-            if existing is not None:
-                return existing
             control = store.cluster_control(session=session, cluster=job.cluster)
             enabled = bool(control and control.actions_enabled)
             if dry_run is False and not enabled:
                 raise Conflict(f"actions are not enabled for cluster {job.cluster!r}; an admin must enable them",
                                detail={"cluster": job.cluster})
+            dry = (not enabled) if dry_run is None else dry_run
+            # a dry run is stored under its own key, so it never satisfies a real request with the
+            # same key (enabling actions then acts); a dry run asked after a real one with that key
+            # gets the real run back (it already happened, rehearsing it again tells nothing)
+            key = idempotency_key or f"job:{job.id}:diagnosis:{row.id}"
+            for candidate in ((key, DRY_RUN_KEY_PREFIX + key) if dry else (key,)):
+                existing = store.run_by_key(session=session, key=candidate)
+                if existing is not None:
+                    return existing
+            if dry:
+                key = DRY_RUN_KEY_PREFIX + key
             if not store.take_lock(session=session, job_id=job.id, holder=self.holder,
                                    now=self.clock(), ttl_s=self.lock_ttl_s):
                 raise Conflict(f"another controller action is in progress for job {job.id}",
                                detail={"job_id": job.id})
         try:
             return self._recover_locked(job_id=job_id, diagnosis_row_id=row.id, key=key, actor=actor,
-                                        checkpoint_dir=checkpoint_dir,
-                                        dry_run=(not enabled) if dry_run is None else dry_run)
+                                        checkpoint_dir=checkpoint_dir, dry_run=dry)
         finally:
             with self.db.transaction() as session:
                 store.release_lock(session=session, job_id=job_id, holder=self.holder)
@@ -168,7 +185,9 @@ class Controller:
                               status="running" if plan.restart else "stopped" if plan.stopped else "done",
                               reason=plan.stopped or plan.reason, plan=_plan_json(plan), outcome={})
             session.add(run)
-            if facts.category is Category.INFRASTRUCTURE and facts.suspect_hosts and plan.action is not RecoveryAction.NONE:
+            # a dry run is a rehearsal: it must not make a host a repeat offender
+            if (not dry_run and facts.category is Category.INFRASTRUCTURE and facts.suspect_hosts
+                    and plan.action is not RecoveryAction.NONE):
                 store.add_incidents(session=session, cluster=job.cluster, hosts=list(facts.suspect_hosts),
                                     job_id=job.id, fingerprint=facts.fingerprint, error_type=facts.error_type.value)
             session.flush()
@@ -205,6 +224,24 @@ class Controller:
             run.outcome = {**ctx.outcome, "commands": getattr(scheduler, "commands", [])}
             return run
 
+    def resume_node(self, *, cluster: str, host: str, actor: str, reason: str = "") -> dict:
+        """A repaired node back into service: resumed in the scheduler, its host incidents resolved
+        (a repeat offender starts again from zero). `host` may be an FQDN of a scheduler node."""
+        scheduler = self.scheduler_for(None)
+        nodes = scheduler.nodes()
+        node = map_hosts([host], nodes).nodes.get(host)
+        if node is None:
+            raise InvalidInput(f"host {host!r} is unknown to the {scheduler.name} scheduler",
+                               detail={"host": host, "cluster": cluster})
+        before = nodes[node].state
+        scheduler.resume(node, reason=reason or f"logdx: repaired ({actor})")
+        with self.db.transaction() as session:
+            resolved = sum(store.resolve_incidents(session=session, cluster=cluster, host=name, actor=actor,
+                                                   now=self.clock())
+                           for name in dict.fromkeys((node, *normalise_hosts([node, host]))))
+        return {"cluster": cluster, "host": node, "state_before": before, "state": scheduler.nodes()[node].state,
+                "incidents_resolved": resolved, "resolved_by": actor}
+
     def scheduler_for_job(self, job_id: int) -> Scheduler:
         with self.db.transaction() as session:
             return self.scheduler_for(get_job(session=session, job_id=job_id))
@@ -234,9 +271,13 @@ class Controller:
                         lambda: self._probe(ctx, scheduler, step))
         elif step.kind is StepKind.DRAIN:
             hosts = list(step.hosts) or list(ctx.outcome.get("probe", {}).get("faulty", []))
+            named_in_log = list(ctx.facts.suspect_hosts)
+            # node3.example -> the scheduler's node3
+            known = map_hosts(hosts + named_in_log, scheduler.nodes()).nodes
+            hosts = list(dict.fromkeys(known.get(h, h) for h in hosts))
             # the hosts the log names first: when the breaker lets only some drains through,
             # those are the ones the evidence points at
-            named = set(ctx.facts.suspect_hosts)
+            named = {known.get(h, h) for h in named_in_log}
             hosts.sort(key=lambda h: h not in named)
             for host in hosts:
                 if host in ctx.drained:
@@ -251,8 +292,43 @@ class Controller:
             self._audit(ctx, "requeue", {"reason": step.reason, **step.params},
                         lambda: self._requeue(ctx, scheduler, step))
         elif step.kind is StepKind.NOTIFY:
-            self._audit(ctx, "notify", {"reason": step.reason, **step.params},
-                        lambda: {"notified": step.params.get("to"), "message": step.reason})
+            self._notify(ctx, step)
+
+    def _notify(self, ctx: _StepContext, step: Step) -> None:
+        """Tell the owner or an admin through the webhook, in the background: the audit row says
+        `sending`, then how the delivery ended. Dry runs record the message and send nothing."""
+        to = step.params.get("to", "admin")
+        event = "escalate" if ctx.plan.stopped else "notify"
+        with self.db.transaction() as session:
+            job = get_job(session=session, job_id=ctx.job_id)
+            owner = job.user
+            action_id = record_action(session=session, job_id=ctx.job_id, kind="notify", actor=ctx.actor,
+                                      dry_run=ctx.dry_run, diagnosis_id=ctx.diagnosis_id,
+                                      params={"run_id": ctx.run_id, "reason": step.reason, **step.params}).id
+        text = message(event=event, to=to, cluster=ctx.cluster, external_id=ctx.external_id, job_id=ctx.job_id,
+                       error_type=ctx.facts.error_type.value, action=ctx.plan.action.value, reason=step.reason)
+        payload = {"text": text, "event": event, "to": to, "owner": owner, "cluster": ctx.cluster,
+                   "job_id": ctx.job_id, "external_id": ctx.external_id, "run_id": ctx.run_id,
+                   "diagnosis_id": ctx.diagnosis_id, "error_type": ctx.facts.error_type.value,
+                   "fingerprint": ctx.facts.fingerprint, "action": ctx.plan.action.value,
+                   "policy_id": ctx.plan.policy_id, "reason": step.reason, "stopped": ctx.plan.stopped}
+        result = {"notified": to, "message": text, "payload": payload}
+        ctx.outcome["notify"] = {"to": to, "event": event}
+        if ctx.dry_run or self.notifier is None:
+            why = "not sent: dry run" if ctx.dry_run else "not sent: no webhook (LOGDX_NOTIFY_WEBHOOK_URL)"
+            with self.db.transaction() as session:
+                finish_action(session=session, action_id=action_id, status="done", result={**result, "delivery": why})
+            return
+
+        def delivered(delivery: Delivery) -> None:
+            with self.db.transaction() as session:
+                finish_action(session=session, action_id=action_id,
+                              status="done" if delivery.delivered else "failed",
+                              result={**result, "delivery": delivery.to_dict()})
+
+        with self.db.transaction() as session:
+            finish_action(session=session, action_id=action_id, status="sending", result=result)
+        self.notifier.send(payload, done=delivered)
 
     def _capture(self, ctx: _StepContext, scheduler: Scheduler) -> dict:
         """Evidence of a hang before the restart kills it: the last progress and stack dumps."""
@@ -272,19 +348,25 @@ class Controller:
             ctx.outcome["probe"] = {"verdict": "not_run"}
             return {"_status": "skipped", "why": "no prober is configured"}
         nodes = scheduler.nodes()
+        names = map_hosts(step.hosts, nodes)
         # nodes drained earlier (an earlier attempt's bad node) are not probed again
-        hosts = [h for h in step.hosts if h in nodes and not nodes[h].drained]
-        if len(hosts) < 2 and not [n for n in nodes if n not in hosts]:
-            ctx.outcome["probe"] = {"verdict": "not_run"}
-            return {"_status": "skipped", "why": f"nothing to probe: job hosts {list(step.hosts)[:10]} are "
+        hosts = [h for h in names.known if not nodes[h].drained]
+        untested = list(names.unknown)
+        if not hosts or (len(hosts) < 2 and not [n for n in nodes if n not in hosts]):
+            ctx.outcome["probe"] = {"verdict": "unknown", "untested": list(step.hosts)}
+            return {"_status": "skipped", "verdict": "unknown",
+                    "why": f"nothing to probe: job hosts {list(step.hosts)[:10]} are "
                     f"unknown to the {scheduler.name} scheduler or drained"}
-        report = self.prober(scheduler, hosts, suspects=step.params.get("suspects", []))
+        suspects = map_hosts(step.params.get("suspects", []), nodes).known
+        report = self.prober(scheduler, hosts, suspects=suspects)
         with self.db.transaction() as session:
             probe = store.save_probe(session=session, cluster=ctx.cluster, job_id=ctx.job_id,
                                      hosts=hosts, report=report)
-        ctx.outcome["probe"] = {"id": probe.id, "verdict": report.verdict.value, "faulty": report.faulty,
-                                "slow": report.slow}
-        return {"probe_id": probe.id, "verdict": report.verdict.value, "faulty": report.faulty,
+        # hosts the scheduler does not know were not tested: a pass says nothing about them
+        verdict = "unknown" if untested and report.verdict.value == "ok" else report.verdict.value
+        ctx.outcome["probe"] = {"id": probe.id, "verdict": verdict, "faulty": report.faulty,
+                                "slow": report.slow, **({"untested": untested} if untested else {})}
+        return {"probe_id": probe.id, "verdict": verdict, "faulty": report.faulty, "untested": untested,
                 "slow": report.slow, "reason": report.reason, "duration_s": round(report.duration_s, 3)}
 
     def _drain(self, ctx: _StepContext, scheduler: Scheduler, host: str, reason: str) -> dict:

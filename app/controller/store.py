@@ -53,7 +53,8 @@ def host_failures(*, session: Session, cluster: str, hosts: list[str], since: da
     if not hosts:
         return {}
     rows = session.execute(select(HostIncident.host, func.count()).where(
-        HostIncident.cluster == cluster, HostIncident.host.in_(hosts), HostIncident.created_at >= since)
+        HostIncident.cluster == cluster, HostIncident.host.in_(hosts), HostIncident.created_at >= since,
+        HostIncident.resolved_at.is_(None))
         .group_by(HostIncident.host))
     return {host: n for host, n in rows}
 
@@ -63,6 +64,14 @@ def add_incidents(*, session: Session, cluster: str, hosts: list[str], job_id: i
     for host in hosts:
         session.add(HostIncident(cluster=cluster, host=host, job_id=job_id,
                                  fingerprint=fingerprint, error_type=error_type))
+
+
+def resolve_incidents(*, session: Session, cluster: str, host: str, actor: str, now: datetime) -> int:
+    """The host was repaired: its open incidents stop counting (the rows stay as history)."""
+    done = session.execute(update(HostIncident).where(HostIncident.cluster == cluster, HostIncident.host == host,
+                                                      HostIncident.resolved_at.is_(None))
+                           .values(resolved_at=now, resolved_by=actor))
+    return done.rowcount
 
 
 def drained_hosts(*, session: Session, cluster: str, since: datetime) -> set[str]:

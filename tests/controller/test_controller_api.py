@@ -48,11 +48,42 @@ def test_recover_dry_run_then_enabled_idempotent(client, settings, sched, eng, a
     assert local.job(ext).restarts == 1
 
     runs = client.get(f"/v1/jobs/{job}/recoveries", headers=eng).json()["items"]
-    assert [r["idempotency_key"] for r in runs] == ["k1", "epilog-1"]
+    assert [r["idempotency_key"] for r in runs] == ["dry-run:k1", "epilog-1"]
     probes = client.get(f"/v1/jobs/{job}/probes", headers=eng).json()["items"]
     assert probes and probes[0]["verdict"] == "ok" and probes[0]["hosts"] == ["n1", "n2"]
     kinds = [a["kind"] for a in client.get(f"/v1/jobs/{job}/actions", headers=eng).json()["items"]]
     assert kinds.count("requeue") == 2  # one dry-run, one real
+
+
+def test_a_dry_run_never_answers_a_real_request(client, settings, sched, eng, admin, tmp_path):
+    """Dry run first (default key, then an explicit one), enable the cluster, ask again with the
+    same keys: the real request acts; its repeat and a later dry run with its key get it back."""
+    local = LocalScheduler(settings.data_dir / "local-scheduler", NODES)
+    (tmp_path / "w").mkdir()
+    ext = local.submit([sys.executable, "-c", FAIL_THEN_RUN], workdir=tmp_path / "w", nodes=2)
+    assert local.wait(ext, timeout_s=30).state == "FAILED"
+    job = new_job(client, sched, external_id=ext, hosts=["n1", "n2"], cluster="lab")["id"]
+    client.put(f"/v1/jobs/{job}/log", content=text(progress(1, 30, host="n2"), xid_fault("n2")).encode(), headers=sched)
+    assert client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).status_code == 200
+    dry_default = client.post(f"/v1/jobs/{job}/recover", headers=sched).json()
+    dry_keyed = client.post(f"/v1/jobs/{job}/recover", headers={"Idempotency-Key": "epilog-7", **sched}).json()
+    assert dry_default["dry_run"] and dry_keyed["dry_run"] and dry_default["id"] != dry_keyed["id"]
+    assert client.put("/v1/clusters/lab/controller", json={"actions_enabled": True}, headers=admin).status_code == 200
+
+    real = client.post(f"/v1/jobs/{job}/recover", json={"dry_run": False}, headers=sched)
+    assert real.status_code == 200, real.text
+    assert not real.json()["dry_run"] and real.json()["id"] not in (dry_default["id"], dry_keyed["id"])
+    assert local.job(ext).restarts == 1
+    keyed = client.post(f"/v1/jobs/{job}/recover", headers={"Idempotency-Key": "epilog-7", **sched}).json()
+    assert not keyed["dry_run"] and keyed["idempotency_key"] == "epilog-7"
+    again = client.post(f"/v1/jobs/{job}/recover", json={"dry_run": False}, headers=sched).json()
+    rehearse = client.post(f"/v1/jobs/{job}/recover", json={"dry_run": True}, headers=sched).json()
+    assert again["id"] == rehearse["id"] == real.json()["id"]
+    assert local.job(ext).restarts == 1  # the restarted job runs: the second real key did not requeue it
+    runs = client.get(f"/v1/jobs/{job}/recoveries", headers=eng).json()["items"]
+    assert [(r["dry_run"], r["idempotency_key"]) for r in runs] == [
+        (True, f"dry-run:job:{job}:diagnosis:{dry_default['diagnosis_id']}"), (True, "dry-run:epilog-7"),
+        (False, f"job:{job}:diagnosis:{dry_default['diagnosis_id']}"), (False, "epilog-7")]
 
 
 def test_probe_endpoint_refuses_unknown_hosts_and_runs_a_real_probe(client, admin, eng):

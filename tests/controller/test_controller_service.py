@@ -173,3 +173,54 @@ def test_hang_captures_a_stack_dump_of_the_running_job_then_restarts(app, client
     dumps = "".join(capture["result"]["stack_dumps"].values())
     assert "wait_for_the_allreduce_that_never_comes" in dumps, capture["result"]
     assert local.job(ext).restarts == 1
+
+
+class RecordingProber(FixedProber):
+    """FixedProber that keeps the hosts it was asked to test."""
+
+    def __init__(self, faulty):
+        super().__init__(faulty)
+        self.asked = []
+
+    def __call__(self, scheduler, hosts, *, suspects):
+        self.asked.append((list(hosts), list(suspects)))
+        return super().__call__(scheduler, hosts, suspects=suspects)
+
+
+def incidents(app, hosts):
+    from datetime import datetime, timezone
+    return app.state.services.db.run(store.host_failures, cluster="c1", hosts=hosts,
+                                     since=datetime(2000, 1, 1, tzinfo=timezone.utc))
+
+
+def test_dry_runs_are_not_host_incidents(app, client, sched, local, tmp_path):
+    job_id, _, _ = failed_job(client, sched, local, tmp_path, XID)
+    ctl = controller(app, local, FixedProber(["n2"]))
+    for key in ("a", "b", "c"):
+        assert ctl.recover(job_id=job_id, actor="test", idempotency_key=key).dry_run
+    assert incidents(app, ["n2"]) == {}  # three rehearsals, no repeat offender
+    db = app.state.services.db
+    db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    assert not ctl.recover(job_id=job_id, actor="test").dry_run
+    assert incidents(app, ["n2"]) == {"n2": 1}
+
+
+def test_hostlist_and_fqdn_hosts_are_the_scheduler_nodes(app, client, sched, local, tmp_path):
+    log = text(progress(1, 30, host="n2.cluster.example"), xid_fault("n2.cluster.example"))
+    job_id, _, _ = failed_job(client, sched, local, tmp_path, log, ext_hosts=("n[1-2]",))
+    app.state.services.db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    prober = RecordingProber(["n2"])
+    run = controller(app, local, prober).recover(job_id=job_id, actor="test")
+    assert prober.asked == [(["n1", "n2"], ["n2"])], run.outcome
+    assert run.outcome["drained"] == ["n2"] and local.nodes()["n2"].drained
+    assert incidents(app, ["n2"]) == {"n2": 1}
+
+
+def test_a_probe_of_hosts_the_scheduler_does_not_know_is_unknown_never_ok(app, client, sched, local, tmp_path):
+    log = text(progress(1, 30, host="gpu-b.example"), xid_fault("gpu-b.example"))
+    job_id, ext, _ = failed_job(client, sched, local, tmp_path, log, ext_hosts=("gpu-a.example", "gpu-b.example"))
+    prober = RecordingProber([])
+    run = controller(app, local, prober).recover(job_id=job_id, actor="test")
+    assert prober.asked == [] and run.outcome["probe"]["verdict"] == "unknown", run.outcome
+    probe = [a for a in audit(app, job_id) if a["kind"] == "probe"][0]
+    assert probe["status"] == "skipped" and probe["result"]["verdict"] == "unknown"

@@ -70,3 +70,24 @@ def test_bad_job_ids_and_api_errors_are_scheduler_errors(sched):
         sched.job("deployment/x")
     with pytest.raises(SchedulerError, match="404"):
         sched.drain("gpu-99", reason="x")
+
+
+def test_requeue_keeps_a_pytorchjob_off_the_excluded_nodes_by_node_affinity(sched, kube):
+    own = {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["H100"]}
+    kube.custom["pytorchjobs/llama"]["spec"] = {"pytorchReplicaSpecs": {
+        "Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch"}]}}},
+        "Worker": {"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch"}], "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [own]}]}}}}}}}}
+    sched.requeue("pytorchjob/llama", restart=RestartSpec(exclude=("gpu-2",)))
+    sched.requeue("pytorchjob/llama", restart=RestartSpec(exclude=("gpu-3",)))  # a second bad node joins the first
+    specs = kube.custom["pytorchjobs/llama"]["spec"]["pytorchReplicaSpecs"]
+    not_in = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["gpu-2", "gpu-3"]}
+
+    def terms(role):
+        aff = specs[role]["template"]["spec"]["affinity"]["nodeAffinity"]
+        return aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+    assert terms("Master") == [{"matchExpressions": [not_in]}]
+    assert terms("Worker") == [{"matchExpressions": [own, not_in]}]  # the job's own affinity still holds
+    assert specs["Worker"]["template"]["spec"]["containers"] == [{"name": "pytorch"}] and kube.pods == []

@@ -40,6 +40,6 @@ def test_server_diagnoses_and_recovers_a_stalled_stream(app, client, sched, eng,
         runs = client.get(f"/v1/jobs/{job}/recoveries", headers=eng).json()["items"]
     assert runs, "no recovery after the stream stalled"
     assert runs[0]["error_type"] == "Hang" and runs[0]["action"] == "capture_and_restart"
-    assert runs[0]["dry_run"] and runs[0]["idempotency_key"].startswith("live:")
+    assert runs[0]["dry_run"] and runs[0]["idempotency_key"].startswith("dry-run:live:")
     kinds = [a["kind"] for a in client.get(f"/v1/jobs/{job}/actions", headers=eng).json()["items"]]
     assert kinds[0] == "alert" and "capture" in kinds

@@ -215,3 +215,30 @@ def test_the_breaker_lets_the_drain_of_the_host_the_log_names_through(app, clien
     assert sorted(run.outcome["probe"]["faulty"]) == sorted([named, other])
     assert run.outcome["drained"] == [named] and run.outcome["breaker"] == [other], run.outcome
     assert [n for n, i in slurm.nodes().items() if "DRAIN" in i.state] == [named]
+
+
+def test_resume_api_resumes_the_slurm_node_and_clears_its_incidents(app, client, sched, admin, slurm):
+    from datetime import datetime, timezone
+
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    db = app.state.services.db
+    app.state.services.controller = controller(app, slurm)
+    job = client.post("/v1/jobs", json={"cluster": cluster, "external_id": "1", "hosts": ["node3"]}, headers=sched)
+    for fp in ("a", "b"):  # two real infrastructure failures named node3
+        db.run(store.add_incidents, cluster=cluster, hosts=["node3"], job_id=job.json()["id"],
+               fingerprint=fp, error_type="GPUFailure")
+    since = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    assert db.run(store.host_failures, cluster=cluster, hosts=["node3"], since=since) == {"node3": 2}
+    slurm.drain("node3", reason="logdx: test")
+    assert slurm.nodes()["node3"].drained
+
+    body = {"cluster": cluster, "reason": "GPU replaced"}
+    assert client.post("/v1/controller/nodes/node3/resume", json=body, headers=sched).status_code == 403
+    unknown = client.post("/v1/controller/nodes/node9/resume", json=body, headers=admin)
+    assert unknown.status_code == 422 and "node9" in unknown.json()["error"]["message"]
+    resp = client.post("/v1/controller/nodes/node3.cluster.example/resume", json=body, headers=admin)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert (out["host"], out["incidents_resolved"]) == ("node3", 2) and "DRAIN" in out["state_before"]
+    assert not slurm.nodes()["node3"].drained, slurm.nodes()["node3"]
+    assert db.run(store.host_failures, cluster=cluster, hosts=["node3"], since=since) == {}

@@ -6,7 +6,11 @@ A job id is `<kind>/<name>`: `pytorchjob/llama-70b`, `jobset/llama-70b` or `pods
 selector>`. The pods of a PyTorchJob carry `training.kubeflow.org/job-name=<name>`, those of a
 JobSet `jobset.sigs.k8s.io/jobset-name=<name>`. Drained nodes keep new pods away through the
 NoSchedule taint; the restart spec (checkpoint, skipped batches, excluded nodes) is written as an
-annotation the launcher reads. Probes on Kubernetes (a pod per node) are not wired yet.
+annotation the launcher reads; on a PyTorchJob the excluded nodes are also kept away by a required
+node affinity (`kubernetes.io/hostname NotIn`) on its replica templates. Not done here: probes (a
+pod per node), backoff (pods are deleted at once; the delay is only in the annotation), exclusion
+on JobSets (their replicated jobs are immutable) and `pods/` selectors (no template to change),
+stack dumps.
 """
 
 from __future__ import annotations
@@ -111,8 +115,13 @@ class KubernetesScheduler:
         spec = json.dumps({**asdict(restart), "delay_s": delay_s})
         if name is not None:
             group, version, plural, _ = _KINDS[kind]
+            patch: dict = {"metadata": {"annotations": {RESTART_ANNOTATION: spec}}}
+            if kind == "pytorchjob" and restart.exclude:
+                obj = self._call(self.custom.get_namespaced_custom_object, group, version, self.namespace,
+                                 plural, name)
+                patch["spec"] = {"pytorchReplicaSpecs": excluding_affinity(obj, restart.exclude)}
             self._call(self.custom.patch_namespaced_custom_object, group, version, self.namespace, plural, name,
-                       {"metadata": {"annotations": {RESTART_ANNOTATION: spec}}})
+                       patch)
         self._call(self.core.delete_collection_namespaced_pod, self.namespace, label_selector=selector)
 
     def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
@@ -121,3 +130,25 @@ class KubernetesScheduler:
 
 def _taint(t: dict) -> dict:
     return {k: t[k] for k in ("key", "value", "effect") if t.get(k) is not None}
+
+
+def excluding_affinity(pytorchjob: dict, exclude: Sequence[str]) -> dict:
+    """The merge patch of a PyTorchJob's replica specs that keeps their pods off `exclude`: a
+    required `kubernetes.io/hostname NotIn` node affinity. Node selector terms are ORed, so the
+    expression joins every existing term (the job's own affinity still holds)."""
+    expression = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(set(exclude))}
+    out: dict = {}
+    for role, replica in ((pytorchjob.get("spec") or {}).get("pytorchReplicaSpecs") or {}).items():
+        pod_spec = ((replica or {}).get("template") or {}).get("spec") or {}
+        node_aff = (pod_spec.get("affinity") or {}).get("nodeAffinity") or {}
+        required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        terms = [dict(t) for t in required.get("nodeSelectorTerms") or [{}]]
+        for term in terms:
+            kept = [e for e in term.get("matchExpressions") or []
+                    if not (e.get("key") == expression["key"] and e.get("operator") == "NotIn")]
+            earlier = [v for e in term.get("matchExpressions") or []
+                       if e.get("key") == expression["key"] and e.get("operator") == "NotIn" for v in e.get("values", [])]
+            term["matchExpressions"] = kept + [{**expression, "values": sorted(set(earlier) | set(exclude))}]
+        out[role] = {"template": {"spec": {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}}}
+    return out
