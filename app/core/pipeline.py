@@ -35,17 +35,42 @@ class DiagnosisResult:
 
 
 PRECEDING_LINES = 200
+# How far back (in lines of the original log) a policy's `preceded_by` looks for what was running
+# when the root cause fired. A collective times out while one rank is still in the step that
+# holds the others up, so that step printed shortly before the timeout, with no training step in
+# between; a checkpoint saved hundreds of steps earlier is history, not a cause.
+PRECEDING_WINDOW = 500
 
 
 def _preceding(log: CompressedLog, ev: ErrorEvent | None) -> tuple[str, ...]:
-    """Lines up to the root cause's first line (kept lines, context, progress markers), the last
-    PRECEDING_LINES of them, plus the root cause's own lines: what a policy's `preceded_by` reads."""
+    """What was happening when the root cause fired: the kept lines, context and progress markers
+    in a window before its first line, plus its own lines; what a policy's `preceded_by` reads.
+
+    The window is the last PRECEDING_WINDOW lines of the original log before the root cause, cut
+    at the last progress marker before it (training moved on after anything older; the marker
+    itself stays, it may be the slow step's own progress bar; a completion marker is kept in the
+    line window whatever follows it). A folded line counts by the
+    occurrences the template knows (its first and last); one that merely began earlier and is
+    still printed later is left out, so a checkpoint save every few hundred steps is not read as
+    the cause of every timeout."""
     if ev is None:
         return ()
-    lines = {t.first_line: t.text for t in log.templates if t.first_line <= ev.first_line}
-    lines.update({n: t for n, t in log.context.items() if n <= ev.first_line})
-    lines.update({p.line: p.text or "" for p in log.recent_progress if p.line <= ev.first_line})
-    if log.completed is not None and log.completed.line <= ev.first_line:
+    end = ev.first_line
+    start = max(0, end - PRECEDING_WINDOW)
+    before = [p.line for p in log.recent_progress if p.line < end]
+    if before:
+        start = max(start, max(before))
+    lines: dict[int, str] = {}
+    for t in log.templates:
+        if start <= t.first_line <= end:
+            lines[t.first_line] = t.text
+        if t.last_line != t.first_line and start <= t.last_line <= end:
+            lines[t.last_line] = t.last_line_text
+    lines.update({n: t for n, t in log.context.items() if start <= n <= end})
+    lines.update({p.line: p.text or "" for p in log.recent_progress if start <= p.line <= end})
+    # a completion marker is a state, not a step: training ended there, whatever progress bar
+    # closed after it, so it only has to fall in the line window
+    if log.completed is not None and end - PRECEDING_WINDOW <= log.completed.line <= end:
         lines[log.completed.line] = log.completed.text or ""
     ordered = [lines[n] for n in sorted(lines)][-PRECEDING_LINES:]
     return tuple(ordered + [o.text for o in ev.occurrences[:5]])
