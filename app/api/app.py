@@ -45,7 +45,7 @@ from app.web import install_web
 
 log = logging.getLogger("logdx.api")
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs",
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs",
                           "/docs/oauth2-redirect", "/redoc", ASSETS_PATH})
 
 
