@@ -56,8 +56,8 @@ _STEP_RX = re.compile(r"(?:iteration|step|iter)\s*[:=]?\s*(\d+)", re.IGNORECASE)
 
 def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str], end: JobEnd | None = None) -> Facts:
     rc = diagnosis.root_cause
-    onset = None
-    if rc.error_type in (ErrorType.LossSpike, ErrorType.NaNLoss):
+    onset = rc.onset_step
+    if onset is None and rc.error_type in (ErrorType.LossSpike, ErrorType.NaNLoss):
         for ev in rc.evidence:
             m = _STEP_RX.search(ev.text)
             if m:
@@ -71,6 +71,7 @@ def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str], end: JobEnd | Non
                  suspect_hosts=suspects, job_hosts=normalise_hosts(job_hosts),
                  last_step=last, onset_step=onset if onset is not None else (last if rc.error_type in (
                      ErrorType.LossSpike, ErrorType.NaNLoss) else None),
+                 last_good_step=rc.last_good_step,
                  evidence=tuple(e.text for e in rc.evidence), end=end or JobEnd())
 
 

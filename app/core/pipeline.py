@@ -15,6 +15,7 @@ from app import __version__
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
 from app.core.ingest import Limits
+from app.core.onset import refine_onset
 from app.core.placement import JobPlacement, name_hosts, session_host
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
@@ -91,11 +92,17 @@ class Pipeline:
                  job: JobPlacement | None = None) -> DiagnosisResult:
         """`job`: the registered job's hosts and GPU count, to name the host of a suspect rank."""
         return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers,
-                                                      limits=limits), job=job)
+                                                      limits=limits), job=job, source=source)
 
-    def diagnose_compressed(self, log: CompressedLog, *, job: JobPlacement | None = None) -> DiagnosisResult:
+    def diagnose_compressed(self, log: CompressedLog, *, job: JobPlacement | None = None,
+                            source: Source | None = None) -> DiagnosisResult:
+        """`source`: the log file again, when it can be re-read: a loss spike's or non-finite
+        loss's onset is then found exactly (app/core/onset.py), not at the next sampled line."""
         events = events_from_log(log)
         ranking = rank_events(events, log)
+        if source is not None and refine_onset(source, self.ruleset, ranking.root_event):
+            events.sort(key=lambda e: e.first_line)
+            ranking = rank_events(events, log)
         action = self.decide_action(ranking, log, job=job)
         diagnosis = Diagnosis(
             root_cause=ranking.root, co_occurring=ranking.co_occurring, action=action,
