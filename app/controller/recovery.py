@@ -289,6 +289,15 @@ def streak(facts: Facts, history: list[PriorAttempt], *, since: datetime) -> tup
     return restarts, same
 
 
+def breaker_allows(breaker: Breaker, *, drained: set[str], host: str, total_nodes: int) -> tuple[bool, int]:
+    """Whether draining `host` keeps the cluster's drains within the window under the breaker's
+    share of `total_nodes` (`drained`: hosts drained within the window, this run's included),
+    and that limit in nodes. One node is always allowed: a share of a small cluster rounds to
+    zero, and a breaker that refuses every drain leaves a broken node in service."""
+    allowed = max(1, int(total_nodes * breaker.max_drain_share))
+    return len(drained | {host}) <= allowed, allowed
+
+
 def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict[str, int],
                   rules: RecoveryRules, *, now: datetime) -> Plan:
     """The recovery for this failure given the job's history and the hosts' records.

@@ -32,7 +32,9 @@ from app.controller.hosts import map_hosts, normalise_hosts
 from app.controller.models import RecoveryRun
 from app.controller.notify import Delivery, WebhookNotifier, message
 from app.controller.probe_plan import ProbeReport
-from app.controller.recovery import Facts, JobEnd, Plan, RecoveryAction, RecoveryRules, Step, StepKind, plan_recovery
+from app.controller.recovery import (
+    Facts, JobEnd, Plan, RecoveryAction, RecoveryRules, Step, StepKind, breaker_allows, plan_recovery,
+)
 from app.controller.schedulers.base import JobInfo, RecordingScheduler, RestartSpec, Scheduler, SchedulerError
 from app.core.fingerprint import fingerprint
 from app.core.types import Category, Diagnosis, ErrorType
@@ -382,8 +384,8 @@ class Controller:
         with self.db.transaction() as session:
             recent = store.drained_hosts(session=session, cluster=ctx.cluster,
                                          since=self.clock() - timedelta(seconds=breaker.window_s))
-        allowed = int(total * breaker.max_drain_share)
-        if len(recent | ctx.drained | {host}) > allowed:
+        ok, allowed = breaker_allows(breaker, drained=recent | ctx.drained, host=host, total_nodes=total)
+        if not ok:
             ctx.outcome.setdefault("breaker", []).append(host)
             return {"_status": "refused",
                     "why": f"circuit breaker: draining {host} would make {len(recent | ctx.drained) + 1} of "
