@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
 from app.api.deps import ServicesDep
+from app.core.secrets import redact
 from app.core.types import Category, ErrorType
 from app.diagnoses import service as diagnoses
 from app.diagnoses.service import label_out
@@ -105,7 +106,7 @@ def job_detail(request: Request, job_id: int, services: ServicesDep, _: WebEngin
     with services.db.transaction() as session:
         data = job_page(session=session, job_id=job_id, diagnosis_id=diagnosis)
     result = (data.current.diagnosis if data.current else None) or {}
-    view = logview.build(data.compressed.text, result) if data.compressed else None
+    view = logview.build(redact(data.compressed.text), result) if data.compressed else None
     evidence = (result.get("root_cause") or {}).get("evidence") or []
     progress = result.get("last_progress") or {}
     charts = metric_charts(data.compressed.metrics if data.compressed else None,
