@@ -24,7 +24,7 @@ from app.controller.router import router as controller_router
 from app.controller.router import start_live_watch
 from app.core.pipeline import Pipeline
 from app.db.engine import Database
-from app.db.migrate import upgrade_to_head
+from app.db.migrate import check_database, upgrade_to_head
 from app.diagnoses.executor import PipelineExecutor, build_pipeline, build_refiner
 from app.diagnoses.router import router as diagnoses_router
 from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
@@ -78,6 +78,7 @@ def build_services(settings: Settings, *, pipeline: Pipeline | None = None,
 
 
 def prepare_database(services: Services) -> None:
+    check_database(services.db.engine)
     if services.settings.migrate_on_startup:
         upgrade_to_head(services.db.engine)
     removed = services.store.clean_spool()

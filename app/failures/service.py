@@ -201,8 +201,11 @@ def set_group_state(*, session: Session, fingerprint: str, state: GroupState, no
                     updated_by: str) -> FailureGroupState:
     if not FINGERPRINT.fullmatch(fingerprint):
         raise InvalidInput(f"{fingerprint!r} is not a failure fingerprint (16 hex digits)")
-    if session.scalar(select(DiagnosisRow.id).where(DiagnosisRow.fingerprint == fingerprint).limit(1)) is None:
-        raise NotFound(f"no diagnosis has the failure fingerprint {fingerprint}", detail={"fingerprint": fingerprint})
+    # a group is made of current diagnoses: one a newer diagnosis superseded names no group
+    current = select(DiagnosisRow.id).join(Job, Job.diagnosis_id == DiagnosisRow.id)
+    if session.scalar(current.where(DiagnosisRow.fingerprint == fingerprint).limit(1)) is None:
+        raise NotFound(f"no job's current diagnosis has the failure fingerprint {fingerprint}",
+                       detail={"fingerprint": fingerprint})
     row = session.get(FailureGroupState, fingerprint, with_for_update=True)
     if row is None:
         row = FailureGroupState(fingerprint=fingerprint, state=state.value, note=note, updated_by=updated_by)
