@@ -71,12 +71,16 @@ def _failures_query(flt: FailureFilter):  # noqa: ANN202
     if flt.unlabelled:
         query = query.where(~select(Label.id).where(Label.diagnosis_id == DiagnosisRow.id).exists())
     if flt.search:
-        like = f"%{flt.search.strip().lower()}%"
+        # the box's text matches literally: `%` and `_` are LIKE's wildcards, `\` its escape
+        literal = flt.search.strip().lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        like = f"%{literal}%"
+
+        def has(column):  # noqa: ANN001, ANN202
+            return func.lower(column).like(like, escape="\\")
+
         query = query.where(or_(
-            func.lower(Job.external_id).like(like), func.lower(Job.user).like(like),
-            func.lower(Job.cluster).like(like), func.lower(Job.error_type).like(like),
-            func.lower(DiagnosisRow.rule_id).like(like),
-            Job.id.in_(select(JobHost.job_id).where(func.lower(JobHost.host).like(like)))))
+            has(Job.external_id), has(Job.user), has(Job.cluster), has(Job.error_type), has(DiagnosisRow.rule_id),
+            Job.id.in_(select(JobHost.job_id).where(has(JobHost.host)))))
     return query
 
 
