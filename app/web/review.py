@@ -14,6 +14,7 @@ from app.auth.sessions import SESSION_HOURS, end_session, start_session
 from app.rules_review import service as rules
 from app.rules_review.models import ProposalStatus
 from app.rules_review.rulefiles import rules_write_lock
+from app.schemas_common import ObjectId
 from app.web.auth import LOGIN_CSRF_COOKIE, PREFIX, SESSION_COOKIE, WebAdmin, WebEngineer, same_token
 from app.web.render import opt, page
 
@@ -93,7 +94,7 @@ def rules_page(request: Request, services: ServicesDep, _: WebEngineer) -> HTMLR
 
 
 @router.post("/rules/proposed/{rule_id}/try", response_class=HTMLResponse)
-def try_rule(request: Request, rule_id: int, services: ServicesDep, _: WebEngineer,
+def try_rule(request: Request, rule_id: ObjectId, services: ServicesDep, _: WebEngineer,
              text: Annotated[str, Form(max_length=500_000)]) -> HTMLResponse:
     """Run the proposed pattern over a pasted log (nothing is stored)."""
     with services.db.transaction() as session:
@@ -121,12 +122,12 @@ def _review(rule_id: int, approve: bool, services, user, note: str | None) -> Re
 
 
 @router.post("/rules/proposed/{rule_id}/approve")
-def approve(rule_id: int, services: ServicesDep, user: WebAdmin,
+def approve(rule_id: ObjectId, services: ServicesDep, user: WebAdmin,
             note: Annotated[str | None, Form(max_length=10_000)] = None) -> RedirectResponse:
     return _review(rule_id, True, services, user, note)
 
 
 @router.post("/rules/proposed/{rule_id}/reject")
-def reject(rule_id: int, services: ServicesDep, user: WebAdmin,
+def reject(rule_id: ObjectId, services: ServicesDep, user: WebAdmin,
            note: Annotated[str | None, Form(max_length=10_000)] = None) -> RedirectResponse:
     return _review(rule_id, False, services, user, note)
