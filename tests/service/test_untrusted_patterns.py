@@ -16,10 +16,10 @@ from tests.service.live import LiveServer, issue_token
 from tests.service.test_errors import assert_error
 
 EVIDENCE = ["NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."]
-# `(?:a|a)*` doubles the ways a backtracking engine can split each further `a`: on a line of
-# 40 `a`s that never reaches the literal, `regex` needs 2^40 steps; RE2 needs one pass
+# `(?:a|a)*` doubles the ways a backtracking engine can split each further `a`: on 40 `a`s and
+# the literal without the end of line, `regex` tries 2^40 splits (28 `a`s: 9 s); RE2 one pass
 EXPONENTIAL = r"^(?:a|a)*GPU has fallen off$"
-NEAR_MISS = "a" * 40 + "GPU has fallen of!"
+NEAR_MISS = "a" * 40 + "GPU has fallen off!"
 
 
 def propose(client, eng, pattern, evidence=EVIDENCE):  # noqa: ANN001, ANN201
@@ -102,7 +102,7 @@ def test_a_diagnosis_completes_while_twenty_exponential_proposals_are_checked(tm
         with httpx.Client(base_url=server.url, timeout=120) as http:
             job = new_job(http, sched)["id"]
             assert http.put(f"/v1/jobs/{job}/log", content=sample_log(), headers=sched).status_code == 201
-        body = {"pattern": EXPONENTIAL, "error_type": "NodeFailure", "evidence": [NEAR_MISS * 60] * 50}
+        body = {"pattern": EXPONENTIAL, "error_type": "NodeFailure", "evidence": [NEAR_MISS] * 50}
 
         def bad(_: int) -> int:
             return httpx.post(server.url + "/v1/rules/proposed", json=body, headers=eng, timeout=120).status_code

@@ -34,7 +34,7 @@ def test_try_runs_an_exponential_pattern_in_one_pass(app, client, tokens, eng):
         "pattern": r"^(?:a|a)*GPU has fallen off$", "error_type": "NodeFailure", "evidence": [evidence]}).json()
     assert rule["validation"]["valid"], rule["validation"]
     csrf = sign_in(client, tokens["engineer"])
-    text = ("a" * 40 + "GPU has fallen of!\n") * 200 + evidence + "\n"
+    text = ("a" * 40 + "GPU has fallen off!\n") * 200 + evidence + "\n"  # 2^40 splits each for `regex`
     t0 = time.perf_counter()
     tried = client.post(f"/ui/rules/proposed/{rule['id']}/try", data={"csrf": csrf, "text": text})
     elapsed = time.perf_counter() - t0
