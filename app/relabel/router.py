@@ -11,6 +11,7 @@ from app.api.deps import Admin, Engineer, ServicesDep
 from app.api.openapi import ERRORS
 from app.core.pipeline import Pipeline
 from app.core.rules import RuleError
+from app.core.untrusted import PatternRefused, compile_untrusted
 from app.errors import InvalidInput, ServiceUnavailable
 from app.relabel import service
 from app.relabel.archive import discover_under
@@ -110,6 +111,10 @@ def _impact(services, rule_id: int, limit: int) -> DiffReport:  # noqa: ANN001
     if kind != "diagnosis":
         raise InvalidInput("only diagnosis rules change what a log is diagnosed as", code="invalid_rule",
                            detail={"kind": kind})
+    try:  # the trial library matches it in RE2 like the rest; one RE2 cannot run is not tried on stored logs
+        compile_untrusted(rule.get("pattern", ""), ignore_case=bool(rule.get("ignore_case")))
+    except PatternRefused as exc:
+        raise rules_review.refused(exc, rule.get("pattern", "")) from None
     with library_with_rule(services.settings.effective_rules_dir, kind=kind, family=family, rule=rule) as trial:
         try:
             proposed = Pipeline(rules_dir=trial)

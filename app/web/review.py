@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import secrets
+from functools import partial
 from typing import Annotated
+
+import anyio
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -94,13 +97,14 @@ def rules_page(request: Request, services: ServicesDep, _: WebEngineer) -> HTMLR
 
 
 @router.post("/rules/proposed/{rule_id}/try", response_class=HTMLResponse)
-def try_rule(request: Request, rule_id: ObjectId, services: ServicesDep, _: WebEngineer,
-             text: Annotated[str, Form(max_length=500_000)]) -> HTMLResponse:
-    """Run the proposed pattern over a pasted log (nothing is stored)."""
-    with services.db.transaction() as session:
-        pattern = rules.get_proposed(session=session, rule_id=rule_id).pattern
-    result = rules.try_rule(pattern=pattern, text=text)
-    return _rules_page(request, services, tried=result, tried_id=rule_id, tried_text=text)
+async def try_rule(request: Request, rule_id: ObjectId, services: ServicesDep, _: WebEngineer,
+                   text: Annotated[str, Form(max_length=500_000)]) -> HTMLResponse:
+    """Run the proposed pattern over a pasted log in RE2 (nothing is stored), in the pattern
+    threads (`rules.run_untrusted`), not the server's shared ones."""
+    pattern = await services.run_db(lambda session: rules.get_proposed(session=session, rule_id=rule_id).pattern)
+    result = await rules.run_untrusted(rules.try_rule, pattern=pattern, text=text)
+    return await anyio.to_thread.run_sync(partial(_rules_page, request, services, tried=result, tried_id=rule_id,
+                                                  tried_text=text))
 
 
 def _review(rule_id: int, approve: bool, services, user, note: str | None) -> RedirectResponse:  # noqa: ANN001
