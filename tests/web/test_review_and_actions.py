@@ -1,7 +1,8 @@
 """Rule review that shows what a rule would change, and the restart controller's record on the job
 page, in a real browser (Debian's chromium, headless, through playwright) against `logdx serve`
 with the demo data, the local scheduler and real probe workers (a fault injected on two nodes);
-the server-side checks through real HTTP as well."""
+the server-side checks through real HTTP as well. The tests run in file order on one server: the
+last one approves a rule that changes many diagnoses."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from app.auth.models import TokenRole
 from app.controller.schedulers.local import LocalScheduler
 from tests.controller.logs import progress, text, xid_fault
 from tests.service.live import REPO, LiveServer, free_port, issue_token
+from tests.web.conftest import csrf_of
 from tests.web.test_browser import BROWSER_ARGS, CHROMIUM, shot
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402 - test_browser skips without it
@@ -62,11 +64,6 @@ def browser_page(pw, server):
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("heading", name="Failures")).to_be_visible()
     return browser, page
-
-
-def form_csrf(html: str) -> str:
-    from tests.web.conftest import csrf_of
-    return csrf_of(html)
 
 
 def test_probe_results_and_the_recovery_run_in_words(server, tmp_path):
@@ -124,10 +121,10 @@ def test_a_confirmation_for_another_count_is_refused(server):
         changed = http.get(f"/v1/rules/proposed/{rule_id}/impact").json()["changed"]
     with httpx.Client(base_url=server.url, timeout=120, follow_redirects=True) as web:
         form = web.get("/ui/login")
-        login = web.post("/ui/login", data={"token": server.tokens["admin"], "csrf": form_csrf(form.text),
+        login = web.post("/ui/login", data={"token": server.tokens["admin"], "csrf": csrf_of(form.text),
                                             "next": "/ui/rules"})
         assert login.status_code == 200, login.text
-        csrf = form_csrf(login.text)
+        csrf = csrf_of(login.text)
         for confirm in (None, str(changed - 1)):
             data = {"csrf": csrf, **({"confirm_changed": confirm} if confirm is not None else {})}
             resp = web.post(f"/ui/rules/proposed/{rule_id}/approve", data=data)
