@@ -102,7 +102,8 @@ async def resume_run(run_id: ObjectId, services: ServicesDep, _: Admin) -> RunOu
 rules_router = APIRouter(prefix="/v1/rules", tags=["rules"], responses=ERRORS)
 
 
-def _impact(services, rule_id: int, limit: int) -> DiffReport:  # noqa: ANN001
+def impact_report(services, rule_id: int, limit: int = 200) -> DiffReport:  # noqa: ANN001
+    """The stored diagnoses a proposed rule would change (the review page shows the same report)."""
     with services.db.transaction() as session:
         row = rules_review.get_proposed(session=session, rule_id=rule_id)
         rule, kind, family = rules_review.rule_for(row), row.kind, row.family
@@ -131,4 +132,4 @@ async def rule_impact(rule_id: ObjectId, services: ServicesDep, _: Engineer,
                       ) -> DiffReport:
     """What approving this proposed rule would change: the newest `limit` stored logs diagnosed
     with the active rules and with the rule added (nothing is written), as a diff report."""
-    return await anyio.to_thread.run_sync(_impact, services, rule_id, limit)
+    return await anyio.to_thread.run_sync(impact_report, services, rule_id, limit)

@@ -27,6 +27,7 @@ from app.logs import service as logs
 from app.schemas_common import ObjectId
 from app.stats import service as stats
 from app.web import logview
+from app.web.recovery import probe_view, run_view
 from app.web.auth import PREFIX, WebEngineer
 from app.web.charts import metric_charts
 from app.web.render import opt, page, parse_date, since_of
@@ -115,7 +116,9 @@ def job_detail(request: Request, job_id: ObjectId, services: ServicesDep, _: Web
                            failure_line=evidence[0]["line"] if evidence else None,
                            evidence_lines={e["line"] for e in evidence})
     return page(request, "job.html", data=data, job=data.job, current=data.current, result=result, view=view,
-                charts=charts, saved=request.query_params.get("saved"))
+                charts=charts, saved=request.query_params.get("saved"),
+                probes=[probe_view(p) for p in data.probes],
+                recoveries=[run_view(r, data.actions) for r in reversed(data.recoveries)])
 
 
 @router.post("/jobs/{job_id}/label")
