@@ -188,6 +188,11 @@ class Settings(BaseSettings):
     slurm_conf: Path | None = Field(
         default=None, description="slurm.conf for the Slurm adapter; unset: Slurm's own default/SLURM_CONF.",
     )
+    slurm_probe_immediate_s: int = Field(
+        default=10, ge=1, le=3600,
+        description="srun --immediate for probe workers: seconds a probe waits for its nodes' allocation; "
+        "a group that gets none did not run (its nodes are unknown, never failed).",
+    )
     kube_namespace: str = Field(
         default="default", description="Namespace of the training jobs' pods for the Kubernetes adapter.",
     )

@@ -25,7 +25,8 @@ def build_scheduler(settings: Settings) -> Scheduler:
     if kind is ControllerScheduler.SLURM:
         from app.controller.schedulers.slurm import SlurmScheduler
 
-        return SlurmScheduler(conf=str(settings.slurm_conf) if settings.slurm_conf else None)
+        return SlurmScheduler(conf=str(settings.slurm_conf) if settings.slurm_conf else None,
+                              probe_immediate_s=settings.slurm_probe_immediate_s)
     if kind is ControllerScheduler.KUBERNETES:
         from app.controller.schedulers.kubernetes import KubernetesScheduler
 

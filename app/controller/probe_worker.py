@@ -50,6 +50,9 @@ def run_group(store, *, group: str, rank: int, world: int, node: str, timeout_s:
 
     fault = injected_fault(node)
     pstore = dist.PrefixStore(group, store)
+    # the controller tells a group that ran from one the scheduler never started (busy nodes):
+    # a node that dies after this line failed its group, one whose workers never got here did not run
+    pstore.set(f"started/{rank}", node)
     if fault == "exit_before":
         os._exit(3)
     if fault == "hang":

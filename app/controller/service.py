@@ -362,8 +362,10 @@ class Controller:
         with self.db.transaction() as session:
             probe = store.save_probe(session=session, cluster=ctx.cluster, job_id=ctx.job_id,
                                      hosts=hosts, report=report)
-        # hosts the scheduler does not know were not tested: a pass says nothing about them
-        verdict = "unknown" if untested and report.verdict.value == "ok" else report.verdict.value
+        # hosts the scheduler does not know, and hosts the probe could not get (busy with another
+        # job), were not tested: "unknown", never "failed", and nothing is drained on their account
+        untested += [h for h in report.untested if h not in untested]
+        verdict = "unknown" if untested and report.verdict.value != "faulty" else report.verdict.value
         ctx.outcome["probe"] = {"id": probe.id, "verdict": verdict, "faulty": report.faulty,
                                 "slow": report.slow, **({"untested": untested} if untested else {})}
         return {"probe_id": probe.id, "verdict": verdict, "faulty": report.faulty, "untested": untested,

@@ -242,3 +242,48 @@ def test_resume_api_resumes_the_slurm_node_and_clears_its_incidents(app, client,
     assert (out["host"], out["incidents_resolved"]) == ("node3", 2) and "DRAIN" in out["state_before"]
     assert not slurm.nodes()["node3"].drained, slurm.nodes()["node3"]
     assert db.run(store.host_failures, cluster=cluster, hosts=["node3"], since=since) == {}
+
+
+@pytest.fixture
+def busy(slurm):
+    """Holds nodes with jobs of an exclusive partition: srun cannot get them while those run."""
+    part = f"excl{uuid.uuid4().hex[:4]}"
+    subprocess.run(["scontrol", "create", f"PartitionName={part}", f"Nodes=node[1-{len(NODES)}]",
+                    "OverSubscribe=EXCLUSIVE", "State=UP"], env=slurm.env, check=True, capture_output=True)
+    held = []
+
+    def hold(node: str) -> str:
+        out = subprocess.run(["sbatch", "--parsable", "-p", part, "--exclusive", "-w", node, "-J", "busy",
+                              "-o", "/dev/null", "--wrap", "sleep 300"],
+                             env=slurm.env, capture_output=True, text=True, check=True)
+        held.append(out.stdout.strip().split(";")[0])
+        deadline = time.monotonic() + 30
+        while slurm.job(held[-1]).state != "RUNNING":
+            assert time.monotonic() < deadline, f"the job holding {node} does not run"
+            time.sleep(0.2)
+        return held[-1]
+
+    yield hold
+    for job in held:
+        subprocess.run(["scancel", job], env=slurm.env, capture_output=True)
+    time.sleep(1)
+    subprocess.run(["scontrol", "delete", f"PartitionName={part}"], env=slurm.env, capture_output=True)
+
+
+def test_a_busy_node_is_not_probed_and_never_drained(app, client, sched, slurm, busy, tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    ext = submit(slurm, tmp_path, "xid", fail_runs=1)
+    assert wait(slurm, ext, restarts=0) == "FAILED"
+    named = slurm.job(ext).nodes[-1]  # the host the Xid line names, healthy
+    busy(named)  # another job got it as soon as the failed job let it go
+    job_id = report_failure(client, sched, cluster, slurm, ext, tmp_path)
+    enable(app, cluster)
+    t0 = time.monotonic()
+    run = controller(app, slurm).recover(job_id=job_id, actor="epilog")
+    took = time.monotonic() - t0
+    probe = run.outcome["probe"]
+    assert probe["verdict"] == "unknown" and probe["faulty"] == [] and named in probe["untested"], run.outcome
+    assert "drained" not in run.outcome and not slurm.nodes()[named].drained, run.outcome
+    assert run.status == "done" and run.outcome.get("restart"), run.outcome
+    assert took < 40, took  # the busy node's allocation wait is bounded, not the probe's timeouts
+    assert wait(slurm, ext, restarts=1) == "COMPLETED"

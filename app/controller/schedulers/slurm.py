@@ -38,10 +38,12 @@ def parse_record(line: str) -> dict[str, str]:
 class SlurmScheduler:
     name = "slurm"
 
-    def __init__(self, *, conf: str | None = None, timeout_s: float = 30.0, probe_time_limit: str = "5") -> None:
+    def __init__(self, *, conf: str | None = None, timeout_s: float = 30.0, probe_time_limit: str = "5",
+                 probe_immediate_s: int = 10) -> None:
         self.env = {**os.environ, **({"SLURM_CONF": conf} if conf else {})}
         self.timeout_s = timeout_s
         self.probe_time_limit = probe_time_limit
+        self.probe_immediate_s = probe_immediate_s
 
     def _run(self, *argv: str) -> str:
         try:
@@ -141,6 +143,9 @@ class SlurmScheduler:
         return out
 
     def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
+        # --immediate: a node busy with another job (exclusive nodes) cannot be probed now; srun
+        # gives up after that many seconds instead of waiting, and the group did not run
         return ["srun", "-N", str(len(nodes)), "-w", ",".join(nodes), "--ntasks-per-node=1",
+                f"--immediate={self.probe_immediate_s}",
                 "--kill-on-bad-exit=1", "-J", "logdx-probe", f"--time={self.probe_time_limit}",
                 "--export=ALL", *argv]
