@@ -26,7 +26,8 @@ def build_scheduler(settings: Settings) -> Scheduler:
         from app.controller.schedulers.slurm import SlurmScheduler
 
         return SlurmScheduler(conf=str(settings.slurm_conf) if settings.slurm_conf else None,
-                              probe_immediate_s=settings.slurm_probe_immediate_s)
+                              probe_immediate_s=settings.slurm_probe_immediate_s,
+                              probe_args=settings.slurm_probe_args)
     if kind is ControllerScheduler.KUBERNETES:
         from app.controller.schedulers.kubernetes import KubernetesScheduler
 
@@ -38,7 +39,7 @@ def build_scheduler(settings: Settings) -> Scheduler:
 
 def build_prober(settings: Settings) -> SchedulerProber:
     return SchedulerProber(timeout_s=settings.controller_probe_timeout_s, host=settings.controller_probe_host,
-                           port=settings.controller_probe_port)
+                           port=settings.controller_probe_port, per_node=settings.controller_probe_gpus_per_node)
 
 
 def build_notifier(settings: Settings) -> WebhookNotifier | None:

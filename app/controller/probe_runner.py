@@ -88,30 +88,34 @@ class ProbeStore:
 
 
 class LocalProbeCluster:
-    """One long-lived worker process per node name on this machine (spawned, never forked).
+    """One long-lived worker process per node name on this machine (spawned, never forked), or
+    `per_node` of them (a node's GPUs; processes on CPU).
 
     Faults can be injected per node (`faults={"n3": "hang"}`) for tests and the demo."""
 
     def __init__(self, nodes: Sequence[str], *, timeout_s: float = 10.0, nbytes: int = 1 << 20,
-                 faults: dict[str, str] | None = None, port: int = 0) -> None:
+                 faults: dict[str, str] | None = None, port: int = 0, per_node: int = 1) -> None:
         self.nodes = list(nodes)
         self.timeout_s = timeout_s
         self.nbytes = nbytes
+        self.per_node = max(1, per_node)
         self.store = ProbeStore(port=port)
-        self.seq = dict.fromkeys(self.nodes, 0)
+        self.agents = [f"{n}/{i}" for n in self.nodes for i in range(self.per_node)]
+        self.seq = dict.fromkeys(self.agents, 0)
         self.run_id = uuid.uuid4().hex[:8]
         self.counter = itertools.count()
         env = {**os.environ, "LOGDX_PROBE_FAULTS": ",".join(f"{n}={f}" for n, f in (faults or {}).items()),
                "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
-        self.procs = {n: subprocess.Popen([*WORKER, "agent", "--store", self.store.address, "--node", n],
+        self.procs = {a: subprocess.Popen([*WORKER, "agent", "--store", self.store.address, "--node", a.split("/")[0],
+                                           "--per-node", str(self.per_node), "--local-rank", a.split("/")[1]],
                                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                           start_new_session=True)
-                      for n in self.nodes}
+                      for a in self.agents}
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if all(self.store.store.check([f"agent/{n}"]) for n in self.nodes):
+            if all(self.store.store.check([f"agent/{a}"]) for a in self.agents):
                 return
             time.sleep(0.1)
         raise TimeoutError("probe agents did not start")
@@ -124,12 +128,13 @@ class LocalProbeCluster:
             for rank, node in enumerate(members):
                 task = {"group": key, "rank": rank, "world": len(members), "timeout": self.timeout_s,
                         "bytes": self.nbytes}
-                self.store.store.set(f"assign/{node}/{self.seq[node]}", json.dumps(task))
-                self.seq[node] += 1
+                for agent in (f"{node}/{i}" for i in range(self.per_node)):
+                    self.store.store.set(f"assign/{agent}/{self.seq[agent]}", json.dumps(task))
+                    self.seq[agent] += 1
         # a node still finishing a failed group of the previous round starts late by up to
         # init + collective; once started, init and the collective each may take the timeout
         results = self.store.collect(keys, start_by=time.monotonic() + 3 * self.timeout_s + 5,
-                                     run_s=2 * self.timeout_s + 5)
+                                     run_s=2 * self.timeout_s + 5, per_node=self.per_node)
         return [results[k] for k in keys]
 
     def probe(self, hosts: Sequence[str] | None = None, *, suspects: Sequence[str] = (),
@@ -137,9 +142,9 @@ class LocalProbeCluster:
         return run_two_rounds(list(hosts or self.nodes), self.run_batch, suspects=suspects, **kwargs)
 
     def close(self) -> None:
-        for node, proc in self.procs.items():
+        for agent, proc in self.procs.items():
             if proc.poll() is None:
-                self.store.store.set(f"assign/{node}/{self.seq[node]}", json.dumps({"stop": True}))
+                self.store.store.set(f"assign/{agent}/{self.seq[agent]}", json.dumps({"stop": True}))
         deadline = time.monotonic() + 5
         for proc in self.procs.values():
             try:
@@ -167,8 +172,9 @@ class CommandProbeRunner:
 
     def __init__(self, launcher, *, timeout_s: float = 30.0, nbytes: int = 1 << 20,  # noqa: ANN001
                  host: str = "127.0.0.1", port: int = 0, env: dict[str, str] | None = None,
-                 python: str = sys.executable, start_timeout_s: float = 60.0) -> None:
-        self.launcher = launcher  # (nodes, argv) -> argv
+                 python: str = sys.executable, start_timeout_s: float = 60.0, per_node: int = 1) -> None:
+        self.launcher = launcher  # (nodes, argv, tasks_per_node=) -> argv
+        self.per_node = max(1, per_node)
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
         self.nbytes = nbytes
@@ -185,14 +191,17 @@ class CommandProbeRunner:
             keys[key] = members
             argv = [self.python, "-m", "app.controller.probe_worker", "once", "--store", self.store.address,
                     "--group", key, "--nodes", ",".join(members), "--timeout", str(self.timeout_s),
-                    "--bytes", str(self.nbytes)]
+                    "--bytes", str(self.nbytes), "--per-node", str(self.per_node)]
             errs[key] = tempfile.TemporaryFile()
-            procs[key] = subprocess.Popen(self.launcher(members, argv), env=self.env, stdout=subprocess.DEVNULL,
+            launch = (self.launcher(members, argv, tasks_per_node=self.per_node) if self.per_node > 1
+                      else self.launcher(members, argv))
+            procs[key] = subprocess.Popen(launch, env=self.env, stdout=subprocess.DEVNULL,
                                           stderr=errs[key], start_new_session=True)
         # a launcher that ended (srun kills the group when a member exits, and gives up when it
         # gets no allocation) settles its group at once
         results = self.store.collect(keys, start_by=time.monotonic() + self.start_timeout_s,
-                                     run_s=2 * self.timeout_s + 5, ended=lambda k: procs[k].poll() is not None)
+                                     run_s=2 * self.timeout_s + 5, ended=lambda k: procs[k].poll() is not None,
+                                     per_node=self.per_node)
         for key, proc in procs.items():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -219,8 +228,9 @@ class SchedulerProber:
     else local worker processes (the local scheduler's nodes are names on this machine)."""
 
     def __init__(self, *, timeout_s: float = 30.0, nbytes: int = 1 << 20, host: str = "127.0.0.1",
-                 port: int = 0, env: dict[str, str] | None = None) -> None:
+                 port: int = 0, env: dict[str, str] | None = None, per_node: int = 1) -> None:
         self.timeout_s, self.nbytes, self.host, self.port, self.env = timeout_s, nbytes, host, port, env
+        self.per_node = max(1, per_node)  # ranks per node: one per GPU
 
     def __call__(self, scheduler, hosts: Sequence[str], *, suspects: Sequence[str] = ()) -> ProbeReport:  # noqa: ANN001
         hosts = list(hosts)
@@ -233,11 +243,11 @@ class SchedulerProber:
                      if n not in hosts and not info.drained and info.state.startswith("IDLE")][:2]
         if getattr(scheduler, "local_probes", False):
             with LocalProbeCluster(hosts + reference, timeout_s=self.timeout_s, nbytes=self.nbytes,
-                                   port=self.port, faults=_faults(self.env)) as cluster:
+                                   port=self.port, faults=_faults(self.env), per_node=self.per_node) as cluster:
                 cluster.wait_ready()
                 return cluster.probe(hosts, suspects=suspects, reference=reference)
         runner = CommandProbeRunner(scheduler.probe_command, timeout_s=self.timeout_s, nbytes=self.nbytes,
-                                    host=self.host, port=self.port, env=self.env)
+                                    host=self.host, port=self.port, env=self.env, per_node=self.per_node)
         return runner.probe(hosts, suspects=suspects, reference=reference)
 
 

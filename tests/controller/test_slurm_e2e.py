@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from app.controller import store
-from app.controller.probe_runner import SchedulerProber
+from app.controller.probe_runner import CommandProbeRunner, SchedulerProber
 from app.controller.recovery import RULES_FILE, load_recovery_rules
 from app.controller.schedulers.slurm import SlurmScheduler
 from app.controller.service import Controller
@@ -287,3 +287,15 @@ def test_a_busy_node_is_not_probed_and_never_drained(app, client, sched, slurm, 
     assert run.status == "done" and run.outcome.get("restart"), run.outcome
     assert took < 40, took  # the busy node's allocation wait is bounded, not the probe's timeouts
     assert wait(slurm, ext, restarts=1) == "COMPLETED"
+
+
+def test_the_probe_runs_one_rank_per_gpu_through_srun(slurm):
+    # a fault on each node's second device (local rank 1): invisible with one rank per node
+    env = {"LOGDX_PROBE_FAULTS": "node3:1=corrupt", "PYTHONPATH": str(Path.cwd())}
+    one = CommandProbeRunner(slurm.probe_command, timeout_s=5, nbytes=1 << 16, port=free_port(), env=env)
+    assert one.probe(NODES).verdict.value == "ok"
+    two = CommandProbeRunner(slurm.probe_command, timeout_s=5, nbytes=1 << 16, port=free_port(), env=env,
+                             per_node=2)
+    report = two.probe(NODES)
+    assert report.faulty == ["node3"], report.rounds
+    assert "--ntasks-per-node=2" in slurm.probe_command(["node1", "node2"], ["true"], tasks_per_node=2)
