@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.controller.health import PROBES_FILE, load_health_probes
 from app.controller.notify import WebhookNotifier
 from app.controller.probe_runner import SchedulerProber
 from app.controller.recovery import RULES_FILE, RecoveryRules, load_recovery_rules
@@ -18,6 +19,11 @@ def recovery_rules_path(settings: Settings) -> Path:
         return settings.recovery_rules
     candidate = settings.effective_rules_dir / "recovery.yaml"
     return candidate if candidate.is_file() else RULES_FILE
+
+
+def health_probes_path(settings: Settings) -> Path:
+    candidate = settings.effective_rules_dir / "probes.yaml"
+    return candidate if candidate.is_file() else PROBES_FILE
 
 
 def build_scheduler(settings: Settings) -> Scheduler:
@@ -53,4 +59,4 @@ def build_controller(settings: Settings, db: Database, *, rules: RecoveryRules |
     scheduler = build_scheduler(settings)
     return Controller(db=db, rules=rules or load_recovery_rules(recovery_rules_path(settings)),
                       scheduler_for=lambda job: scheduler, prober=build_prober(settings),
-                      notifier=build_notifier(settings))
+                      notifier=build_notifier(settings), health_probes=load_health_probes(health_probes_path(settings)))
