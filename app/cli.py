@@ -103,7 +103,7 @@ class _LazyGroup(click.Group):
             "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel",
             "demo-data": "app.service_cli:demo_data",
             "probe": "app.controller.cli:probe", "recover": "app.controller.cli:recover",
-            "watch": "app.controller.cli:watch"}
+            "watch": "app.controller.cli:watch", "restart-args": "app.controller.cli:restart_args"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

@@ -115,15 +115,24 @@ def _database(settings: Settings):  # noqa: ANN202
               help="scheduler < engineer < admin")
 @click.option("--name", default=None, type=click.STRING,
               help="Who or what uses the token (shown in labels and audit; at most 128 characters).")
-def token_create(role: str, name: str | None) -> None:
+@click.option("--cluster", "clusters", multiple=True,
+              help="Scope a scheduler token to this cluster's jobs (repeat for several; default: every cluster).")
+def token_create(role: str, name: str | None, clusters: tuple[str, ...]) -> None:
     """Print a new API token for ROLE."""
     from app.auth.service import create_token
 
     if name is not None and not (0 < len(name) <= 128 and name.isprintable()):
         raise click.BadParameter("1 to 128 printable characters", param_hint="--name")
+    if clusters and role != TokenRole.SCHEDULER.value:
+        raise click.BadParameter("only scheduler tokens take a cluster scope; engineers and admins see every "
+                                 "cluster", param_hint="--cluster")
+    if any(not (0 < len(c) <= 128 and c.isprintable()) for c in clusters):
+        raise click.BadParameter("1 to 128 printable characters", param_hint="--cluster")
     db = _database(_settings())
-    row, secret = db.run(create_token, role=TokenRole(role), name=name or f"{role}-token")
-    click.echo(f"created token {row.id} ({row.name}, role {row.role}); it is shown only once:", err=True)
+    row, secret = db.run(create_token, role=TokenRole(role), name=name or f"{role}-token",
+                         clusters=list(clusters) or None)
+    scope = f", clusters {', '.join(row.clusters)}" if row.clusters else ""
+    click.echo(f"created token {row.id} ({row.name}, role {row.role}{scope}); it is shown only once:", err=True)
     click.echo(secret)
 
 
@@ -138,10 +147,11 @@ def token_list() -> None:
         if not rows:
             click.echo("no tokens yet; create one with: logdx token create --role scheduler", err=True)
             return
-        click.echo("id\trole\tstate\tname\tcreated")
+        click.echo("id\trole\tstate\tname\tcreated\tclusters")
         for row in rows:
             state = "revoked" if row.revoked_at else "active"
-            click.echo(f"{row.id}\t{row.role}\t{state}\t{row.name}\t{row.created_at:%Y-%m-%d}")
+            clusters = ",".join(row.clusters) if row.clusters else "*"
+            click.echo(f"{row.id}\t{row.role}\t{state}\t{row.name}\t{row.created_at:%Y-%m-%d}\t{clusters}")
 
 
 @token.command("revoke")

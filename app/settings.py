@@ -185,6 +185,11 @@ class Settings(BaseSettings):
         description="Node names of the local scheduler (a single machine or the demo), e.g. "
         '["n1","n2","n3","n4"]; their probe workers run as local processes.',
     )
+    controller_checkpoint_roots: list[str] = Field(
+        default_factory=list,
+        description="Directories (on the cluster) a scheduler token's `checkpoint_dir` must lie under, e.g. "
+        '["/lustre/ckpt"]; unset: a scheduler token may not name a checkpoint_dir (engineers and admins may).',
+    )
     slurm_conf: Path | None = Field(
         default=None, description="slurm.conf for the Slurm adapter; unset: Slurm's own default/SLURM_CONF.",
     )

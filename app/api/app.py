@@ -20,11 +20,12 @@ from app.api.errors import install_error_handlers
 from app.api.front import router as front_router
 from app.api.health import router as health_router
 from app.api.metrics import Metrics, MetricsMiddleware
+from app.api.security_headers import SecurityHeadersMiddleware
 from app.controller.router import router as controller_router
 from app.controller.router import start_live_watch
 from app.core.pipeline import Pipeline
 from app.db.engine import Database
-from app.db.migrate import upgrade_to_head
+from app.db.migrate import check_database, upgrade_to_head
 from app.diagnoses.executor import PipelineExecutor, build_pipeline, build_refiner
 from app.diagnoses.router import router as diagnoses_router
 from app.diagnoses.worker import DiagnosisWorker, LocalQueue, ProcrastinateQueue
@@ -42,10 +43,11 @@ from app.rules_review.router import router as rules_router
 from app.settings import DiagnosisExecutor, Settings
 from app.stats.router import router as stats_router
 from app.web import install_web
+from app.web.auth import PREFIX as WEB_PREFIX
 
 log = logging.getLogger("logdx.api")
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs",
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs",
                           "/docs/oauth2-redirect", "/redoc", ASSETS_PATH})
 
 
@@ -78,6 +80,7 @@ def build_services(settings: Settings, *, pipeline: Pipeline | None = None,
 
 
 def prepare_database(services: Services) -> None:
+    check_database(services.db.engine)
     if services.settings.migrate_on_startup:
         upgrade_to_head(services.db.engine)
     removed = services.store.clean_spool()
@@ -121,4 +124,5 @@ def create_app(settings: Settings | None = None, *, pipeline: Pipeline | None = 
     app.add_middleware(JsonBodyLimitMiddleware)
     app.add_middleware(BodyTimeoutMiddleware, timeout=settings.request_body_timeout_s)
     app.add_middleware(MetricsMiddleware, metrics=services.metrics)
+    app.add_middleware(SecurityHeadersMiddleware, page_prefix=WEB_PREFIX)  # outermost: errors get them too
     return app

@@ -14,6 +14,7 @@ from typing import Annotated, TypeVar
 import anyio
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
 
 from app.api.metrics import Metrics
 from app.auth.models import TokenRole
@@ -23,10 +24,11 @@ from app.core.rules import RuleSet
 from app.db.engine import Database
 from app.diagnoses.executor import PipelineExecutor
 from app.diagnoses.worker import DiagnosisQueue, DiagnosisWorker
-from app.errors import Forbidden, Unauthorized
+from app.errors import Forbidden, NotFound, Unauthorized
 from app.labels.case_store import LabelCaseRecorder
 from app.logs.storage import BlobStore
 from app.relabel.tasks import RelabelQueue
+from app.schemas_common import MAX_ID
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -86,6 +88,35 @@ DbDep = Annotated[Database, Depends(get_db)]
 _bearer = HTTPBearer(auto_error=False, description="API token from `logdx token create`")
 
 
+# path parameters that name a job, or a row of one: a scoped token reaches only its clusters'
+_SCOPED_PARAMS = (("job_id", "job"), ("diagnosis_id", "diagnosis"))
+
+
+def _check_scope(*, session, principal: Principal, path_params: dict) -> None:  # noqa: ANN001
+    """404, the same answer as for an id that does not exist, when the route's job lies outside
+    the token's clusters: a scoped token learns nothing of other clusters' jobs."""
+    from app.diagnoses.models import DiagnosisRow
+    from app.jobs.models import Job
+
+    for name, what in _SCOPED_PARAMS:
+        raw = path_params.get(name)
+        if raw is None:
+            continue
+        try:
+            ident = int(raw)
+        except ValueError:
+            return  # not an id: the route's validation answers 422
+        if not 1 <= ident <= MAX_ID:
+            return
+        if what == "job":
+            cluster = session.scalar(select(Job.cluster).where(Job.id == ident))
+        else:
+            cluster = session.scalar(select(Job.cluster).join(DiagnosisRow, DiagnosisRow.job_id == Job.id)
+                                     .where(DiagnosisRow.id == ident))
+        if cluster is not None and not principal.reaches(cluster):
+            raise NotFound(f"{what} {ident} does not exist", detail={name: ident})
+
+
 def require(role: TokenRole) -> Callable[..., Principal]:
     def dependency(request: Request, services: ServicesDep,
                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
@@ -97,6 +128,8 @@ def require(role: TokenRole) -> Callable[..., Principal]:
         if not principal.allows(role):
             raise Forbidden(f"needs role {role.value} or higher; this token is {principal.role.value}",
                             detail={"needed": role.value, "role": principal.role.value})
+        if principal.clusters is not None:
+            services.db.run(_check_scope, principal=principal, path_params=request.path_params)
         request.state.principal = principal
         return principal
 

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from app.errors import AppError
+from app.errors import AppError, storage_error
 
 log = logging.getLogger("logdx.api")
 
@@ -20,7 +20,7 @@ _HTTP_CODES = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
     405: "method_not_allowed", 408: "request_timeout", 409: "conflict", 413: "payload_too_large",
     415: "unsupported_media_type", 422: "invalid_input", 429: "too_many_requests",
-    503: "unavailable",
+    503: "unavailable", 507: "insufficient_storage",
 }
 
 
@@ -99,6 +99,10 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
 
 
 async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+    known = storage_error(exc)
+    if known is not None:
+        log.error("%s on %s %s: %s", known.code, request.method, request.url.path, exc)
+        return await _app_error(request, known)
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return error_response(500, "internal_error", "internal server error", None)
 

@@ -5,7 +5,7 @@ from sqlalchemy import text
 
 from app.api.deps import ServicesDep
 from app.db.migrate import current_revision, head_revision
-from app.errors import ServiceUnavailable
+from app.errors import ServiceUnavailable, storage_error
 
 router = APIRouter(tags=["health"])
 
@@ -24,7 +24,15 @@ def readyz(services: ServicesDep) -> dict[str, str]:
             conn.execute(text("SELECT 1"))
         revision = current_revision(services.db.engine)
     except Exception as exc:  # noqa: BLE001
+        known = storage_error(exc)
+        if isinstance(known, ServiceUnavailable):  # corrupt pages: not a connection problem
+            raise known from None
         raise ServiceUnavailable("database unreachable", detail=type(exc).__name__) from None
+    try:
+        services.store.check_writable()
+    except OSError as exc:
+        raise ServiceUnavailable(f"the data dir cannot be written: {exc.strerror or exc}",
+                                 detail={"data_dir": str(services.settings.data_dir), "errno": exc.errno}) from None
     head = head_revision()
     if revision != head:
         raise ServiceUnavailable("database is not migrated to head",

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import ForeignKey, String
+from sqlalchemy import JSON, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, CreatedAtMixin, UTCDateTime
@@ -29,6 +29,8 @@ class ApiToken(CreatedAtMixin, Base):
     role: Mapped[str] = mapped_column(String(16))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # a scheduler token's clusters: it reaches only their jobs (None: every cluster)
+    clusters: Mapped[list[str] | None] = mapped_column(JSON, default=None)
 
 
 class WebSession(CreatedAtMixin, Base):

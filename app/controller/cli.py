@@ -1,4 +1,4 @@
-"""Controller commands of the `logdx` CLI: `logdx probe`, `logdx recover`, `logdx watch`."""
+"""Controller commands of the `logdx` CLI: `logdx probe`, `logdx recover`, `logdx watch`, `logdx restart-args`."""
 
 from __future__ import annotations
 
@@ -183,3 +183,27 @@ def watch(log: str, factor: float, floor_s: float, straggler_factor: float, inte
             if alert.kind == "stall" and exit_on_stall:
                 sys.exit(1)
         time.sleep(interval)
+
+
+@click.command("restart-args")
+@click.argument("spec_file", type=click.Path(dir_okay=False), default="logdx-restart.json", required=False,
+                envvar="LOGDX_RESTART_FILE")
+@click.option("--format", "fmt", type=click.Choice(["megatron", "megatron-deepspeed", "hf", "env"]),
+              default="megatron", show_default=True)
+@click.option("--missing-ok", is_flag=True, help="Print nothing (exit 0) when the spec file does not exist.")
+def restart_args(spec_file: str, fmt: str, missing_ok: bool) -> None:
+    """The restart spec the controller wrote (SPEC_FILE, default $LOGDX_RESTART_FILE or
+    ./logdx-restart.json) as a framework's own arguments, shell-quoted on one line, for
+    `eval "EXTRA=($(logdx restart-args --missing-ok))"` (examples/restart_launcher.sh).
+    `--format env` prints NAME=value lines."""
+    from pathlib import Path
+
+    from app.controller.restart_args import SpecError, framework_args, load_spec, shell_words
+
+    if missing_ok and not Path(spec_file).exists():
+        return
+    try:
+        words = framework_args(load_spec(spec_file), fmt)
+    except SpecError as exc:
+        _fail(str(exc))
+    click.echo("\n".join(words) if fmt == "env" else shell_words(words))

@@ -72,6 +72,10 @@ class Stall(_Strict):
 
 
 class SkipBatches(_Strict):
+    """Training iterations (optimizer steps, the step counter the log prints) to skip around
+    the onset: from `before` steps before the first possibly bad step to `after` steps after the
+    first step seen bad, both ends included."""
+
     before: int = Field(ge=0)
     after: int = Field(ge=0)
 
@@ -218,7 +222,8 @@ class Facts:
     suspect_hosts: tuple[str, ...] = ()
     job_hosts: tuple[str, ...] = ()
     last_step: int | None = None  # the last training step the failed attempt reached
-    onset_step: int | None = None  # loss spike / non-finite loss onset
+    onset_step: int | None = None  # loss spike / non-finite loss: the first step seen bad
+    last_good_step: int | None = None  # and the last step seen healthy before it
     evidence: tuple[str, ...] = ()
     end: JobEnd = field(default_factory=JobEnd)
 
@@ -287,6 +292,15 @@ def streak(facts: Facts, history: list[PriorAttempt], *, since: datetime) -> tup
         else:
             same_run = False
     return restarts, same
+
+
+def breaker_allows(breaker: Breaker, *, drained: set[str], host: str, total_nodes: int) -> tuple[bool, int]:
+    """Whether draining `host` keeps the cluster's drains within the window under the breaker's
+    share of `total_nodes` (`drained`: hosts drained within the window, this run's included),
+    and that limit in nodes. One node is always allowed: a share of a small cluster rounds to
+    zero, and a breaker that refuses every drain leaves a broken node in service."""
+    allowed = max(1, int(total_nodes * breaker.max_drain_share))
+    return len(drained | {host}) <= allowed, allowed
 
 
 def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict[str, int],
@@ -370,8 +384,13 @@ def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict
         requeue["exclude_named"] = list(suspects)
     if policy.action is RecoveryAction.ROLLBACK_AND_SKIP and facts.onset_step is not None:
         skip = policy.skip_batches or SkipBatches(before=0, after=0)
-        requeue["before_step"] = facts.onset_step
-        requeue["skip"] = [max(0, facts.onset_step - skip.before), facts.onset_step + skip.after]
+        # the onset lies after the last step seen healthy: a checkpoint saved after that step
+        # may already hold the bad update, and the skipped data starts right after it
+        first_suspect = facts.onset_step
+        if facts.last_good_step is not None and facts.last_good_step < facts.onset_step:
+            first_suspect = facts.last_good_step + 1
+        requeue["before_step"] = first_suspect
+        requeue["skip"] = [max(0, first_suspect - skip.before), facts.onset_step + skip.after]
     steps.append(Step(StepKind.REQUEUE, f"restart (attempt {retry_number} of {budget.attempts})",
                       params=requeue))
     return Plan(policy.action, policy.id, policy.reason, tuple(steps), restart=True,

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import posixpath
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path
 
 from app.api.deps import Admin, DbDep, Engineer, Scheduler, ServicesDep
 from app.api.openapi import ERRORS
+from app.auth.models import TokenRole
 from app.controller import store
 from app.controller.hosts import map_hosts
 from app.controller.schemas import (
@@ -13,7 +15,7 @@ from app.controller.schemas import (
     RecoverRequest,
 )
 from app.controller.service import Controller
-from app.errors import InvalidInput, NotFound
+from app.errors import Forbidden, InvalidInput, NotFound
 from app.jobs.service import get_job
 from app.schemas_common import _NO_CONTROL, ObjectId
 
@@ -37,6 +39,27 @@ def get_controller(services: ServicesDep) -> Controller:
 ControllerDep = Annotated[Controller, Depends(get_controller)]
 
 
+def check_checkpoint_dir(path: str, *, roots: list[str]) -> None:
+    """A scheduler token (the epilog, any job's owner) names where the job restarts from: it must
+    lie under a configured root, or a job could be restarted from another's checkpoints (or a
+    path the controller then reads). `..` is resolved first; symlinks are the cluster's."""
+    normal = posixpath.normpath(path)
+    if not normal.startswith("/"):
+        raise Forbidden(f"checkpoint_dir {path!r} is not an absolute path", code="checkpoint_dir_refused",
+                        detail={"checkpoint_dir": path})
+    for root in roots:
+        root = posixpath.normpath(root)
+        if normal == root or normal.startswith(root.rstrip("/") + "/"):
+            return
+    if not roots:
+        reason = "no LOGDX_CONTROLLER_CHECKPOINT_ROOTS are configured, so a scheduler token may not name one"
+    else:
+        reason = f"it is not under {', '.join(roots)} (LOGDX_CONTROLLER_CHECKPOINT_ROOTS)"
+    raise Forbidden(f"checkpoint_dir {path!r} refused: {reason}; leave it out to use what the scheduler "
+                    "knows, or recover with an engineer token", code="checkpoint_dir_refused",
+                    detail={"checkpoint_dir": path, "roots": list(roots)})
+
+
 def _recovery_out(row) -> RecoveryOut:  # noqa: ANN001
     return RecoveryOut.model_validate(row, from_attributes=True)
 
@@ -46,13 +69,16 @@ def _probe_out(row) -> ProbeOut:  # noqa: ANN001
 
 
 @router.post("/v1/jobs/{job_id}/recover", response_model=RecoveryOut)
-def recover(job_id: ObjectId, controller: ControllerDep, principal: Scheduler, body: RecoverRequest | None = None,
+def recover(job_id: ObjectId, controller: ControllerDep, services: ServicesDep, principal: Scheduler,
+            body: RecoverRequest | None = None,
             idempotency_key: Annotated[str | None, Header(min_length=1, max_length=192, pattern=_NO_CONTROL)] = None,
             ) -> RecoveryOut:
     """Plan and carry out the recovery of the job's failure (dry-run unless the cluster is
     enabled). Synchronous: a probe takes up to a few timeouts. A repeated request with the same
     idempotency key (default: job + diagnosis) returns the first run and acts no more."""
     body = body or RecoverRequest()
+    if body.checkpoint_dir is not None and principal.role is TokenRole.SCHEDULER:
+        check_checkpoint_dir(body.checkpoint_dir, roots=services.settings.controller_checkpoint_roots)
     run = controller.recover(job_id=job_id, actor=f"api:{principal.name}", diagnosis_id=body.diagnosis_id,
                              idempotency_key=body.idempotency_key or idempotency_key,
                              checkpoint_dir=body.checkpoint_dir, dry_run=body.dry_run)

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.schemas_common import _NO_CONTROL, LongName, Name
+from app.schemas_common import _NO_CONTROL, MAX_ID, LongName, Name
 
 # 192: the stored key is at most 200 with the "dry-run:" prefix of a dry run
 Key = Annotated[str, StringConstraints(min_length=1, max_length=192, pattern=_NO_CONTROL)]
@@ -15,7 +15,7 @@ PathText = Annotated[str, StringConstraints(min_length=1, max_length=4096, patte
 class RecoverRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"dry_run": True}]})
 
-    diagnosis_id: int | None = Field(default=None, ge=1, description="Default: the job's newest finished diagnosis.")
+    diagnosis_id: int | None = Field(default=None, ge=1, le=MAX_ID, description="Default: the job's newest finished diagnosis.")
     dry_run: bool | None = Field(default=None, description="Default: dry-run unless the cluster is enabled; "
                                  "false is refused (409) on a cluster that is not enabled.")
     checkpoint_dir: PathText | None = Field(default=None,
@@ -55,7 +55,7 @@ class ProbeRequest(BaseModel):
     cluster: Name
     hosts: list[LongName] = Field(min_length=2, max_length=1024)
     suspects: list[LongName] = Field(default_factory=list, max_length=1024)
-    job_id: int | None = Field(default=None, ge=1)
+    job_id: int | None = Field(default=None, ge=1, le=MAX_ID)
 
 
 class ProbeOut(BaseModel):

@@ -33,7 +33,9 @@ from app.controller.hosts import map_hosts, normalise_hosts
 from app.controller.models import RecoveryRun
 from app.controller.notify import Delivery, WebhookNotifier, message
 from app.controller.probe_plan import ProbeReport
-from app.controller.recovery import Facts, JobEnd, Plan, RecoveryAction, RecoveryRules, Step, StepKind, plan_recovery
+from app.controller.recovery import (
+    Facts, JobEnd, Plan, RecoveryAction, RecoveryRules, Step, StepKind, breaker_allows, plan_recovery,
+)
 from app.controller.schedulers.base import JobInfo, RecordingScheduler, RestartSpec, Scheduler, SchedulerError
 from app.core.fingerprint import fingerprint
 from app.core.types import Category, Diagnosis, ErrorType
@@ -57,8 +59,8 @@ _STEP_RX = re.compile(r"(?:iteration|step|iter)\s*[:=]?\s*(\d+)", re.IGNORECASE)
 
 def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str], end: JobEnd | None = None) -> Facts:
     rc = diagnosis.root_cause
-    onset = None
-    if rc.error_type in (ErrorType.LossSpike, ErrorType.NaNLoss):
+    onset = rc.onset_step
+    if onset is None and rc.error_type in (ErrorType.LossSpike, ErrorType.NaNLoss):
         for ev in rc.evidence:
             m = _STEP_RX.search(ev.text)
             if m:
@@ -72,6 +74,7 @@ def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str], end: JobEnd | Non
                  suspect_hosts=suspects, job_hosts=normalise_hosts(job_hosts),
                  last_step=last, onset_step=onset if onset is not None else (last if rc.error_type in (
                      ErrorType.LossSpike, ErrorType.NaNLoss) else None),
+                 last_good_step=rc.last_good_step,
                  evidence=tuple(e.text for e in rc.evidence), end=end or JobEnd())
 
 
@@ -419,8 +422,8 @@ class Controller:
         with self.db.transaction() as session:
             recent = store.drained_hosts(session=session, cluster=ctx.cluster,
                                          since=self.clock() - timedelta(seconds=breaker.window_s))
-        allowed = int(total * breaker.max_drain_share)
-        if len(recent | ctx.drained | {host}) > allowed:
+        ok, allowed = breaker_allows(breaker, drained=recent | ctx.drained, host=host, total_nodes=total)
+        if not ok:
             ctx.outcome.setdefault("breaker", []).append(host)
             return {"_status": "refused",
                     "why": f"circuit breaker: draining {host} would make {len(recent | ctx.drained) + 1} of "

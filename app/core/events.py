@@ -43,6 +43,12 @@ class ErrorEvent:
     first_rank: int | None = None
     first_host: str | None = None
     spike_index: int | None = None
+    # a loss spike / non-finite loss: the first step seen bad and the last step seen healthy
+    # before it (the metric series is sampled, so the true onset lies in between)
+    onset_step: int | None = None
+    last_good_step: int | None = None
+    last_good_line: int = 0  # line of that healthy point (where a re-read for the exact onset starts)
+    baseline: float | None = None  # the loss median a spike is measured against
     peer_consequence: bool = False  # a network error caused by a peer process dying (see rank.py)
     recovered: bool = False  # training made progress after its last occurrence (see rank.py)
     last_line: int = 0
@@ -125,6 +131,7 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
     for ev in events:
         if ev.error_type is ErrorType.NaNLoss:
             ev.spike_index = _steps_before(log, ev)
+            _set_onset(ev, log.metrics, _step_of(ev.text))
         ev.warning = bool(ev.occurrences) and all(_PY_WARNING.search(o.text) for o in ev.occurrences)
         ev.retried = bool(ev.occurrences) and all(_retried(o, nearby) for o in ev.occurrences)
     events.extend(_metric_events(log))
@@ -167,27 +174,52 @@ def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
     return 0
 
 
+def _step_of(text: str) -> int | None:
+    m = _STEP_ON_LINE.search(text)
+    return int(m.group(1)) if m else None
+
+
+def _set_onset(ev: ErrorEvent, metrics: list[MetricPoint], step: int | None) -> None:
+    """The onset as far as the sampled series shows it: `step` is the first step seen bad, the
+    last finite metric point before the event's line the last one seen healthy."""
+    ev.onset_step = step
+    good = [p for p in metrics if p.line < ev.first_line and p.step is not None
+            and all(math.isfinite(v) for v in p.values.values())]
+    if good:
+        ev.last_good_step, ev.last_good_line = good[-1].step, good[-1].line
+    if ev.onset_step is not None and ev.last_good_step is not None and ev.last_good_step >= ev.onset_step:
+        ev.last_good_step = None  # steps that do not increase (a restarted counter): no bound
+
+
 def _metric_events(log: CompressedLog) -> list[ErrorEvent]:
     out: list[ErrorEvent] = []
     if log.nan_points:
         first = log.nan_points[0]
-        out.append(ErrorEvent(
+        ev = ErrorEvent(
             id="", error_type=ErrorType.NaNLoss, category=Category.FRAMEWORK, role=Role.CAUSE,
             priority=NAN_PRIORITY, rule_id="metrics.nan-loss", first_line=first.line,
             count=len(log.nan_points), text=_line_text(log, first), hint="loss or grad norm became NaN/inf",
-            last_line=log.nan_points[-1].line))
+            last_line=log.nan_points[-1].line)
+        _set_onset(ev, log.metrics, first.step if first.step is not None else _step_of(ev.text))
+        out.append(ev)
     spike = find_loss_spike(log.metrics)
     if spike is not None:
         idx, point, baseline = spike
         first_step = next((p.step for p in log.metrics if p.step is not None), None)
         since_start = (point.step - first_step) if (point.step is not None and first_step is not None) else idx
-        out.append(ErrorEvent(
+        ev = ErrorEvent(
             id="", error_type=ErrorType.LossSpike, category=Category.FRAMEWORK, role=Role.CAUSE,
             priority=SPIKE_PRIORITY, rule_id="metrics.loss-spike", first_line=point.line, count=1,
             text=_line_text(log, point),
             hint=f"loss {point.values['loss']:.4g} vs recent median {baseline:.4g}",
-            spike_index=since_start, last_line=point.line))
+            spike_index=since_start, last_line=point.line, baseline=baseline)
+        _set_onset(ev, log.metrics, point.step)
+        out.append(ev)
     return out
+
+
+def is_spike(loss: float, baseline: float) -> bool:
+    return baseline > 0 and loss > baseline * SPIKE_FACTOR and loss - baseline > SPIKE_MIN_JUMP
 
 
 def _line_text(log: CompressedLog, point: MetricPoint) -> str:
@@ -215,7 +247,7 @@ def find_loss_spike(points: list[MetricPoint]) -> tuple[int, MetricPoint, float]
     for i in range(2, len(series)):
         base = _median(losses[max(0, i - SPIKE_WINDOW):i])
         loss = losses[i]
-        if base > 0 and loss > base * SPIKE_FACTOR and loss - base > SPIKE_MIN_JUMP:
+        if is_spike(loss, base):
             if all(later >= base * RECOVERED_FACTOR for later in losses[i + 1:]):
                 return i, series[i], base
     return None

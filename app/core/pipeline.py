@@ -15,6 +15,7 @@ from app import __version__
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
 from app.core.ingest import Limits
+from app.core.onset import refine_onset
 from app.core.placement import JobPlacement, name_hosts, session_host
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
@@ -35,17 +36,42 @@ class DiagnosisResult:
 
 
 PRECEDING_LINES = 200
+# How far back (in lines of the original log) a policy's `preceded_by` looks for what was running
+# when the root cause fired. A collective times out while one rank is still in the step that
+# holds the others up, so that step printed shortly before the timeout, with no training step in
+# between; a checkpoint saved hundreds of steps earlier is history, not a cause.
+PRECEDING_WINDOW = 500
 
 
 def _preceding(log: CompressedLog, ev: ErrorEvent | None) -> tuple[str, ...]:
-    """Lines up to the root cause's first line (kept lines, context, progress markers), the last
-    PRECEDING_LINES of them, plus the root cause's own lines: what a policy's `preceded_by` reads."""
+    """What was happening when the root cause fired: the kept lines, context and progress markers
+    in a window before its first line, plus its own lines; what a policy's `preceded_by` reads.
+
+    The window is the last PRECEDING_WINDOW lines of the original log before the root cause, cut
+    at the last progress marker before it (training moved on after anything older; the marker
+    itself stays, it may be the slow step's own progress bar; a completion marker is kept in the
+    line window whatever follows it). A folded line counts by the
+    occurrences the template knows (its first and last); one that merely began earlier and is
+    still printed later is left out, so a checkpoint save every few hundred steps is not read as
+    the cause of every timeout."""
     if ev is None:
         return ()
-    lines = {t.first_line: t.text for t in log.templates if t.first_line <= ev.first_line}
-    lines.update({n: t for n, t in log.context.items() if n <= ev.first_line})
-    lines.update({p.line: p.text or "" for p in log.recent_progress if p.line <= ev.first_line})
-    if log.completed is not None and log.completed.line <= ev.first_line:
+    end = ev.first_line
+    start = max(0, end - PRECEDING_WINDOW)
+    before = [p.line for p in log.recent_progress if p.line < end]
+    if before:
+        start = max(start, max(before))
+    lines: dict[int, str] = {}
+    for t in log.templates:
+        if start <= t.first_line <= end:
+            lines[t.first_line] = t.text
+        if t.last_line != t.first_line and start <= t.last_line <= end:
+            lines[t.last_line] = t.last_line_text
+    lines.update({n: t for n, t in log.context.items() if start <= n <= end})
+    lines.update({p.line: p.text or "" for p in log.recent_progress if start <= p.line <= end})
+    # a completion marker is a state, not a step: training ended there, whatever progress bar
+    # closed after it, so it only has to fall in the line window
+    if log.completed is not None and end - PRECEDING_WINDOW <= log.completed.line <= end:
         lines[log.completed.line] = log.completed.text or ""
     ordered = [lines[n] for n in sorted(lines)][-PRECEDING_LINES:]
     return tuple(ordered + [o.text for o in ev.occurrences[:5]])
@@ -66,11 +92,17 @@ class Pipeline:
                  job: JobPlacement | None = None) -> DiagnosisResult:
         """`job`: the registered job's hosts and GPU count, to name the host of a suspect rank."""
         return self.diagnose_compressed(self.compress(source, on_progress=on_progress, workers=workers,
-                                                      limits=limits), job=job)
+                                                      limits=limits), job=job, source=source)
 
-    def diagnose_compressed(self, log: CompressedLog, *, job: JobPlacement | None = None) -> DiagnosisResult:
+    def diagnose_compressed(self, log: CompressedLog, *, job: JobPlacement | None = None,
+                            source: Source | None = None) -> DiagnosisResult:
+        """`source`: the log file again, when it can be re-read: a loss spike's or non-finite
+        loss's onset is then found exactly (app/core/onset.py), not at the next sampled line."""
         events = events_from_log(log)
         ranking = rank_events(events, log)
+        if source is not None and refine_onset(source, self.ruleset, ranking.root_event):
+            events.sort(key=lambda e: e.first_line)
+            ranking = rank_events(events, log)
         action = self.decide_action(ranking, log, job=job)
         diagnosis = Diagnosis(
             root_cause=ranking.root, co_occurring=ranking.co_occurring, action=action,

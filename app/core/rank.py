@@ -213,7 +213,8 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
     rc = RootCause(
         error_type=root.error_type, category=root.category, confidence=_confidence(root, events),
         evidence=_evidence(root), explanation=_explain(root, role, n_symptoms), rule_id=root.rule_id,
-        gpu=next(iter(sorted(root.gpus)), None), xid=next(iter(sorted(root.xids)), None))
+        gpu=next(iter(sorted(root.gpus)), None), xid=next(iter(sorted(root.xids)), None),
+        onset_step=root.onset_step, last_good_step=root.last_good_step)
     return Ranking(rc, root, co, only_symptoms=role is Role.SYMPTOM)
 
 

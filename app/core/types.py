@@ -162,6 +162,10 @@ class RootCause(Strict):
     rule_id: str | None = None
     gpu: str | None = None
     xid: int | None = None
+    # a loss spike / non-finite loss: the first step seen bad and the last step seen healthy
+    # before it (the onset lies after last_good_step, at or before onset_step)
+    onset_step: int | None = None
+    last_good_step: int | None = None
 
     def __post_init__(self) -> None:
         # code builds these from strings too; the JSON form and `.value` need the enums

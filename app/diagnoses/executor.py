@@ -16,6 +16,7 @@ from typing import Any
 from app.core.ingest import InputError, Limits
 from app.core.pipeline import Pipeline
 from app.core.placement import JobPlacement
+from app.core.secrets import redact
 from app.diagnoses.refine import LLMRefiner
 from app.diagnoses.scheduler import SlotScheduler
 from app.core.compressed import mostly_unfiltered, series_points
@@ -62,7 +63,7 @@ def run_pipeline(pipeline: Pipeline, path: str, limit: int | None, refiner: LLMR
         except InputError as exc:
             return {"input_error": str(exc)}
     output: dict[str, Any] = {"diagnosis": result.diagnosis.to_json_dict(),
-                              "compressed_text": result.compressed.text,
+                              "compressed_text": redact(result.compressed.text),
                               "signature": failure_signature(result),
                               "metrics": series_points(result.compressed)}
     if refiner is not None:
@@ -87,7 +88,7 @@ def filter_proposals(pipeline: Pipeline, result: Any) -> list[dict[str, Any]]:
     for p in propose_filter_rules(result.compressed, ruleset=pipeline.ruleset):
         if p.rule is not None:
             r = p.rule
-            out.append({"kind": r.kind, "family": r.family, "rule": r.rule, "evidence": list(r.evidence),
+            out.append({"kind": r.kind, "family": r.family, "rule": r.rule, "evidence": [redact(e) for e in r.evidence],
                         "validation": r.validation, "proposed_by": "log-agent"})
     return out
 

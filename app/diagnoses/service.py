@@ -198,4 +198,4 @@ def compressed_text(*, session: Session, diagnosis_id: int) -> str:
     if compressed is None:
         raise NotFound(f"diagnosis {diagnosis_id} is {row.status}; it has no compressed log",
                        detail={"status": row.status}, code="no_compressed_log")
-    return compressed.text
+    return redact(compressed.text)  # rows stored before the text was redacted at write

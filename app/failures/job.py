@@ -8,6 +8,8 @@ from sqlalchemy.orm import Session
 
 from app.actions import service as actions
 from app.actions.models import ControllerAction
+from app.controller import store as controller_store
+from app.controller.models import ProbeRun, RecoveryRun
 from app.diagnoses import service as diagnoses
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
 from app.diagnoses.schemas import DiagnosisOut
@@ -26,6 +28,8 @@ class JobPage:
     actions: list[ControllerAction]
     log: JobLog | None
     attempt_of: dict[int, int]  # attempt id -> attempt number
+    probes: list[ProbeRun]  # newest first
+    recoveries: list[RecoveryRun]
 
 
 def job_page(*, session: Session, job_id: int, diagnosis_id: int | None = None) -> JobPage:
@@ -40,4 +44,6 @@ def job_page(*, session: Session, job_id: int, diagnosis_id: int | None = None) 
         job=job, diagnoses=rows, current=diagnoses.to_out(session=session, row=shown) if shown else None,
         compressed=compressed, actions=actions.list_actions(session=session, job_id=job_id),
         log=logs.current_log(session=session, job_id=job_id),
-        attempt_of={a.id: a.number for a in job.attempts})
+        attempt_of={a.id: a.number for a in job.attempts},
+        probes=controller_store.list_probes(session=session, job_id=job_id),
+        recoveries=controller_store.list_runs(session=session, job_id=job_id))

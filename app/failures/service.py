@@ -71,12 +71,16 @@ def _failures_query(flt: FailureFilter):  # noqa: ANN202
     if flt.unlabelled:
         query = query.where(~select(Label.id).where(Label.diagnosis_id == DiagnosisRow.id).exists())
     if flt.search:
-        like = f"%{flt.search.strip().lower()}%"
+        # the box's text matches literally: `%` and `_` are LIKE's wildcards, `\` its escape
+        literal = flt.search.strip().lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        like = f"%{literal}%"
+
+        def has(column):  # noqa: ANN001, ANN202
+            return func.lower(column).like(like, escape="\\")
+
         query = query.where(or_(
-            func.lower(Job.external_id).like(like), func.lower(Job.user).like(like),
-            func.lower(Job.cluster).like(like), func.lower(Job.error_type).like(like),
-            func.lower(DiagnosisRow.rule_id).like(like),
-            Job.id.in_(select(JobHost.job_id).where(func.lower(JobHost.host).like(like)))))
+            has(Job.external_id), has(Job.user), has(Job.cluster), has(Job.error_type), has(DiagnosisRow.rule_id),
+            Job.id.in_(select(JobHost.job_id).where(has(JobHost.host)))))
     return query
 
 
@@ -201,8 +205,11 @@ def set_group_state(*, session: Session, fingerprint: str, state: GroupState, no
                     updated_by: str) -> FailureGroupState:
     if not FINGERPRINT.fullmatch(fingerprint):
         raise InvalidInput(f"{fingerprint!r} is not a failure fingerprint (16 hex digits)")
-    if session.scalar(select(DiagnosisRow.id).where(DiagnosisRow.fingerprint == fingerprint).limit(1)) is None:
-        raise NotFound(f"no diagnosis has the failure fingerprint {fingerprint}", detail={"fingerprint": fingerprint})
+    # a group is made of current diagnoses: one a newer diagnosis superseded names no group
+    current = select(DiagnosisRow.id).join(Job, Job.diagnosis_id == DiagnosisRow.id)
+    if session.scalar(current.where(DiagnosisRow.fingerprint == fingerprint).limit(1)) is None:
+        raise NotFound(f"no job's current diagnosis has the failure fingerprint {fingerprint}",
+                       detail={"fingerprint": fingerprint})
     row = session.get(FailureGroupState, fingerprint, with_for_update=True)
     if row is None:
         row = FailureGroupState(fingerprint=fingerprint, state=state.value, note=note, updated_by=updated_by)

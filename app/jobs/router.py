@@ -7,6 +7,7 @@ from fastapi import APIRouter, Query, Response
 from app.api.deps import DbDep, Engineer, Scheduler
 from app.api.openapi import ERRORS
 from app.core.types import Category
+from app.errors import Forbidden
 from app.jobs import service
 from app.jobs.models import JobState
 from app.jobs.schemas import JobCreate, JobOut, JobPage
@@ -17,8 +18,14 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 
 @router.post("", status_code=201, response_model=JobOut,
              responses={200: {"model": JobOut, "description": "Existing job (updated)"}})
-def create_job(body: JobCreate, db: DbDep, response: Response, _: Scheduler) -> JobOut:
-    """Register a job; idempotent on cluster + external_id (201 created, 200 existing)."""
+def create_job(body: JobCreate, db: DbDep, response: Response, principal: Scheduler) -> JobOut:
+    """Register a job; idempotent on cluster + external_id (201 created, 200 existing). A token
+    scoped to clusters registers jobs of those clusters only (403)."""
+    if not principal.reaches(body.cluster):
+        raise Forbidden(f"this token is scoped to clusters {', '.join(sorted(principal.clusters or ()))}; "
+                        f"it cannot register a job of cluster {body.cluster}",
+                        detail={"cluster": body.cluster, "clusters": sorted(principal.clusters or ())},
+                        code="cluster_out_of_scope")
     with db.transaction() as session:
         job, created = service.upsert_job(session=session, data=body)
         out = service.to_out(job)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.core.secrets import redact
 from app.core.types import Category, ErrorType, default_category
 from app.diagnoses import service as diagnoses
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
@@ -58,7 +59,7 @@ def list_labelled_cases(*, session: Session, limit: int = 1000) -> list[Labelled
              .join(DiagnosisRow, DiagnosisRow.id == Label.diagnosis_id)
              .join(CompressedLog, CompressedLog.id == DiagnosisRow.compressed_log_id)
              .where(Label.id.in_(newest)).order_by(Label.id.desc()).limit(limit))
-    return [LabelledCase(label.diagnosis_id, job_id, label.error_type, label.category, label.verdict, text)
+    return [LabelledCase(label.diagnosis_id, job_id, label.error_type, label.category, label.verdict, redact(text))
             for label, job_id, text in session.execute(query)]
 
 

@@ -59,6 +59,21 @@ class BlobStore:
             _fsync_dir(dest.parent)
         return dest
 
+    def check_writable(self) -> None:
+        """Write, fsync and remove a small file in each directory uploads are written to: raises
+        the OSError (ENOSPC, EROFS, EACCES) that the next upload would meet."""
+        for directory in (self.spool_dir, self.blob_dir, self.uploads_dir):
+            probe = directory / f".ready-{uuid.uuid4().hex}.tmp"
+            try:
+                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    os.write(fd, b"\0" * 4096)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            finally:
+                probe.unlink(missing_ok=True)
+
     def clean_spool(self) -> int:
         """Remove spool files left by uploads that a crash interrupted."""
         removed = 0

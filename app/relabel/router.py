@@ -11,6 +11,7 @@ from app.api.deps import Admin, Engineer, ServicesDep
 from app.api.openapi import ERRORS
 from app.core.pipeline import Pipeline
 from app.core.rules import RuleError
+from app.core.untrusted import PatternRefused, compile_untrusted
 from app.errors import InvalidInput, ServiceUnavailable
 from app.relabel import service
 from app.relabel.archive import discover_under
@@ -101,7 +102,8 @@ async def resume_run(run_id: ObjectId, services: ServicesDep, _: Admin) -> RunOu
 rules_router = APIRouter(prefix="/v1/rules", tags=["rules"], responses=ERRORS)
 
 
-def _impact(services, rule_id: int, limit: int) -> DiffReport:  # noqa: ANN001
+def impact_report(services, rule_id: int, limit: int = 200) -> DiffReport:  # noqa: ANN001
+    """The stored diagnoses a proposed rule would change (the review page shows the same report)."""
     with services.db.transaction() as session:
         row = rules_review.get_proposed(session=session, rule_id=rule_id)
         rule, kind, family = rules_review.rule_for(row), row.kind, row.family
@@ -110,6 +112,10 @@ def _impact(services, rule_id: int, limit: int) -> DiffReport:  # noqa: ANN001
     if kind != "diagnosis":
         raise InvalidInput("only diagnosis rules change what a log is diagnosed as", code="invalid_rule",
                            detail={"kind": kind})
+    try:  # the trial library matches it in RE2 like the rest; one RE2 cannot run is not tried on stored logs
+        compile_untrusted(rule.get("pattern", ""), ignore_case=bool(rule.get("ignore_case")))
+    except PatternRefused as exc:
+        raise rules_review.refused(exc, rule.get("pattern", "")) from None
     with library_with_rule(services.settings.effective_rules_dir, kind=kind, family=family, rule=rule) as trial:
         try:
             proposed = Pipeline(rules_dir=trial)
@@ -126,4 +132,4 @@ async def rule_impact(rule_id: ObjectId, services: ServicesDep, _: Engineer,
                       ) -> DiffReport:
     """What approving this proposed rule would change: the newest `limit` stored logs diagnosed
     with the active rules and with the rule added (nothing is written), as a diff report."""
-    return await anyio.to_thread.run_sync(_impact, services, rule_id, limit)
+    return await anyio.to_thread.run_sync(impact_report, services, rule_id, limit)

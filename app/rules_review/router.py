@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from app.api.deps import Admin, Engineer, ServicesDep
 from app.api.openapi import ERRORS
+from app.core.untrusted import PatternRefused
 from app.rules_review import service
 from app.rules_review.models import ProposalStatus
 from app.rules_review.rulefiles import rules_write_lock
@@ -26,13 +27,30 @@ def list_proposed(services: ServicesDep, _: Engineer, status: ProposalStatus | N
                                        service.list_proposed(session=session, status=status)])
 
 
-@router.post("/proposed", status_code=201, response_model=ProposedRuleOut)
-def propose_rule(body: ProposedRuleCreate, services: ServicesDep, who: Engineer) -> ProposedRuleOut:
-    """Propose a rule (the LLM rule writer uses the same service); it is validated at once."""
-    with services.db.transaction() as session:
-        row = service.propose_rule(session=session, data=body, proposed_by=who.name,
-                                   ruleset=services.pipeline.ruleset)
-        return service.to_out(row)
+_REFUSED = {422: ERRORS[422] | {"description": "The pattern is refused before anything runs it: `pattern_not_re2` "
+                                               "(a construct RE2 cannot run), `pattern_backtracks`, "
+                                               "`pattern_too_broad`, `invalid_pattern`, `too_much_work`"}}
+
+
+def _store(*, session, body: ProposedRuleCreate, who: str, ruleset, validation: dict) -> ProposedRuleOut:  # noqa: ANN001
+    return service.to_out(service.propose_rule(session=session, data=body, proposed_by=who, ruleset=ruleset,
+                                               validation=validation))
+
+
+@router.post("/proposed", status_code=201, response_model=ProposedRuleOut, responses=_REFUSED)
+async def propose_rule(body: ProposedRuleCreate, services: ServicesDep, who: Engineer) -> ProposedRuleOut:
+    """Propose a diagnosis rule; it is validated at once, in RE2 (linear time: no pattern can
+    backtrack). Refused with 422 when the pattern cannot be run safely (RE2 cannot express it,
+    a repetition of repetitions, too little literal text, e.g. `0` or `.*`); stored with
+    `validation.valid` false and `validation.errors` when it misses its evidence or matches a
+    metric or normal training line (approval is then refused)."""
+    ruleset = services.pipeline.ruleset
+    try:
+        validation = await service.run_untrusted(service.validate_rule, pattern=body.pattern,
+                                                 evidence=list(body.evidence), ruleset=ruleset)
+    except PatternRefused as exc:
+        raise service.refused(exc, body.pattern) from None
+    return await services.run_db(_store, body=body, who=who.name, ruleset=ruleset, validation=validation)
 
 
 @router.get("/proposed/{rule_id}", response_model=ProposedRuleOut)

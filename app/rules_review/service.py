@@ -5,19 +5,24 @@ an active rule), then approved or rejected by a human. Approval appends the rule
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.core.rules import RuleError, RuleSet, compile_pattern
+from app.core.rules import RuleSet
 from app.core.types import Category, ErrorType, default_category
+from app.core.untrusted import PatternRefused, benign_lines, check_work, compile_untrusted
 from app.db.base import utcnow
 from app.db.lookup import get_or_404
-from app.errors import Conflict, NotFound
+from app.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from app.rules_review.models import ProposalStatus, ProposedRule, RuleKind
 from app.rules_review.rulefiles import append_rule
 from app.rules_review.schemas import (
@@ -27,24 +32,61 @@ from app.rules_review.schemas import (
     RuleSetOut,
 )
 
+T = TypeVar("T")
 
-def validate_rule(*, pattern: str, evidence: list[str], ruleset: RuleSet) -> dict:
-    try:
-        compiled = compile_pattern(pattern, where="proposed rule")
-    except RuleError as exc:
-        return {"valid": False, "compiles": False, "error": str(exc), "matched": [], "unmatched": evidence,
-                "overlaps": []}
+
+def validate_rule(*, pattern: str, evidence: list[str], ruleset: RuleSet, no_match: Sequence[str] = ()) -> dict:
+    """The checks a proposed diagnosis rule passes before it can be approved, all run in RE2
+    (`app.core.untrusted`, so none can backtrack): it compiles in RE2 and `regex`, is no
+    repetition of repetitions and needs enough literal text (else `PatternRefused`); then it
+    matches every evidence line, none of its `no_match` examples and no metric or normal
+    training line (`benign_lines`). `errors` lists what failed; `overlaps` names the active
+    rules that already match the evidence."""
+    compiled = compile_untrusted(pattern)
+    benign = benign_lines()
+    check_work(compiled, sum(map(len, evidence)) + sum(map(len, no_match)) + sum(map(len, benign)))
     matched, unmatched = [], []
     for line in evidence:
-        try:
-            hit = compiled.search(line, timeout=1.0)
-        except TimeoutError:
-            hit = None
-        (matched if hit else unmatched).append(line)
-    overlaps = sorted({r.id for r in ruleset.diagnosis for line in evidence
-                       if r.regex.search(line, timeout=1.0)})
-    return {"valid": not unmatched, "compiles": True, "matched": matched, "unmatched": unmatched,
-            "overlaps": overlaps}
+        (matched if compiled.search(line) else unmatched).append(line)
+    wrong = compiled.matching(no_match)
+    benign_hits = compiled.matching(benign)
+    errors = []
+    if unmatched:
+        errors.append(f"misses {len(unmatched)} evidence line(s), e.g. {unmatched[0][:160]!r}")
+    if wrong:
+        errors.append(f"matches {len(wrong)} no_match example(s), e.g. {wrong[0][:160]!r}")
+    if benign_hits:
+        errors.append(f"matches {len(benign_hits)} metric or normal training line(s), e.g. {benign_hits[0][:160]!r}")
+    library = ruleset.matchers()[1]
+    overlaps = sorted({library.rules[i].id for line in evidence for i in library.match_indices(line)})
+    return {"valid": not errors, "compiles": True, "engine": "re2", "errors": errors, "matched": matched,
+            "unmatched": unmatched, "no_match_matched": wrong[:5], "benign_matched": benign_hits[:5],
+            "benign_total": len(benign), "overlaps": overlaps}
+
+
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="untrusted-pattern")
+_MAX_WAITING = 32
+_waiting = 0
+
+
+async def run_untrusted(fn: Callable[..., T], /, **kwargs) -> T:
+    """Run work on an engineer's or a model's pattern in its own two threads: requests that try
+    patterns wait there, never in the server's shared thread pool, so however many arrive the
+    diagnoses and the rest of the API keep their threads (RE2 holds the GIL while it searches;
+    `check_work` keeps each search short, so other threads get it back between lines)."""
+    global _waiting
+    if _waiting >= _MAX_WAITING:
+        raise ServiceUnavailable("too many pattern checks are waiting; retry shortly", code="busy",
+                                 detail={"waiting": _waiting})
+    _waiting += 1
+    try:
+        return await asyncio.get_running_loop().run_in_executor(_POOL, partial(fn, **kwargs))
+    finally:
+        _waiting -= 1
+
+
+def refused(exc: PatternRefused, pattern: str) -> InvalidInput:
+    return InvalidInput(f"pattern refused: {exc.reason}", code=exc.code, detail={"pattern": pattern[:200]})
 
 
 def _slug(error_type: str, rule_id: int) -> str:
@@ -71,7 +113,14 @@ def to_out(row: ProposedRule) -> ProposedRuleOut:
 
 
 def propose_rule(*, session: Session, data: ProposedRuleCreate, proposed_by: str,
-                 ruleset: RuleSet) -> ProposedRule:
+                 ruleset: RuleSet, validation: dict | None = None) -> ProposedRule:
+    """Store a proposal with its `validation` (computed here when not given: the API computes it
+    first, in `run_untrusted`). A pattern that cannot be run safely raises 422 and nothing is stored."""
+    if validation is None:
+        try:
+            validation = validate_rule(pattern=data.pattern, evidence=list(data.evidence), ruleset=ruleset)
+        except PatternRefused as exc:
+            raise refused(exc, data.pattern) from None
     if data.source_diagnosis_id is not None:
         from app.diagnoses.service import get_diagnosis
 
@@ -82,7 +131,7 @@ def propose_rule(*, session: Session, data: ProposedRuleCreate, proposed_by: str
         pattern=data.pattern, error_type=data.error_type.value, category=Category(category).value,
         evidence=list(data.evidence), hint=data.hint, source_diagnosis_id=data.source_diagnosis_id,
         status=ProposalStatus.PROPOSED.value, proposed_by=proposed_by,
-        validation=validate_rule(pattern=data.pattern, evidence=list(data.evidence), ruleset=ruleset))
+        validation=validation)
     session.add(row)
     session.flush()
     row.rule = rule_for(row)
@@ -152,19 +201,18 @@ TRY_MAX_LINES = 100_000
 
 
 def try_rule(*, pattern: str, text: str, limit: int = 50) -> dict:
-    """Run a pattern over pasted log text: which lines it matches (first `limit`), how many."""
+    """Run a pattern over pasted log text in RE2: which lines it matches (first `limit`), how
+    many. A pattern RE2 cannot run, or too much text for its length, is reported, not run."""
     try:
-        compiled = compile_pattern(pattern, where="proposed rule")
-    except RuleError as exc:
-        return {"compiles": False, "error": str(exc), "matches": [], "count": 0, "lines": 0}
+        compiled = compile_untrusted(pattern)
+        lines_in = text.splitlines()[:TRY_MAX_LINES]
+        check_work(compiled, sum(map(len, lines_in)))
+    except PatternRefused as exc:
+        return {"compiles": False, "error": exc.reason, "code": exc.code, "matches": [], "count": 0, "lines": 0}
     matches: list[tuple[int, str]] = []
     count = lines = 0
-    for lines, line in enumerate(text.splitlines()[:TRY_MAX_LINES], start=1):
-        try:
-            hit = compiled.search(line, timeout=0.5)
-        except TimeoutError:
-            hit = None
-        if hit:
+    for lines, line in enumerate(lines_in, start=1):
+        if compiled.search(line):
             count += 1
             if len(matches) < limit:
                 matches.append((lines, line[:500]))

@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError
+from app.errors import AppError, storage_error
 from app.web.auth import PREFIX, LoginRequired
 from app.web.render import HERE, page
 
@@ -24,12 +24,16 @@ def _is_page(request: Request) -> bool:
 def _html_error(request: Request, exc: Exception):  # noqa: ANN202
     if isinstance(exc, LoginRequired):
         return RedirectResponse(exc.location, status_code=303)
+    exc = storage_error(exc) or exc if not isinstance(exc, AppError) else exc
     if isinstance(exc, AppError):
         status, message = exc.status_code, exc.message
     elif isinstance(exc, StarletteHTTPException):
         status = exc.status_code
         message = exc.detail if isinstance(exc.detail, str) and exc.detail != HTTPStatus(status).phrase else (
             "There is no such page." if status == 404 else HTTPStatus(status).phrase)
+    elif hasattr(exc, "errors") and all(e.get("loc", ())[:1] == ("path",) for e in exc.errors()):
+        # an id past the range of ids is a page that does not exist, like an unknown one
+        status, message = 404, "There is no such page."
     elif hasattr(exc, "errors"):  # RequestValidationError
         status = 422
         message = "; ".join(f"{'.'.join(map(str, e.get('loc', ())[1:]))}: {e.get('msg')}" for e in exc.errors())

@@ -116,7 +116,7 @@ def metric_charts(points: list[dict[str, Any]] | None, *, last_progress_line: in
         for i in spike_idx:
             x, y, step = series[i]
             parts.append(f'<circle class="spike" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4">'
-                         f'<title>spike: {y:.4g} at step {step} (line {x})</title></circle>')
+                         f'<title>spike: {y:.4g} at {f"step {step}, " if step is not None else ""}line {x}</title></circle>')
         for line in nan_lines:
             parts.append(f'<text class="nan" x="{sx(line):.1f}" y="{pad_t + 10}" text-anchor="middle">✕'
                          f'<title>NaN/inf at line {line}</title></text>')

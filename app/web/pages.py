@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
 from app.api.deps import ServicesDep
+from app.core.secrets import redact
 from app.core.types import Category, ErrorType
 from app.diagnoses import service as diagnoses
 from app.diagnoses.service import label_out
@@ -23,8 +24,10 @@ from app.labels import service as labels
 from app.labels.models import Verdict
 from app.labels.schemas import LabelCreate
 from app.logs import service as logs
+from app.schemas_common import ObjectId
 from app.stats import service as stats
 from app.web import logview
+from app.web.recovery import probe_view, run_view
 from app.web.auth import PREFIX, WebEngineer
 from app.web.charts import metric_charts
 from app.web.render import opt, page, parse_date, since_of
@@ -100,12 +103,12 @@ def set_group_state(fingerprint: str, services: ServicesDep, user: WebEngineer,
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_detail(request: Request, job_id: int, services: ServicesDep, _: WebEngineer,
+def job_detail(request: Request, job_id: ObjectId, services: ServicesDep, _: WebEngineer,
                diagnosis: Annotated[int | None, Query(ge=1, le=2_147_483_647)] = None) -> HTMLResponse:
     with services.db.transaction() as session:
         data = job_page(session=session, job_id=job_id, diagnosis_id=diagnosis)
     result = (data.current.diagnosis if data.current else None) or {}
-    view = logview.build(data.compressed.text, result) if data.compressed else None
+    view = logview.build(redact(data.compressed.text), result) if data.compressed else None
     evidence = (result.get("root_cause") or {}).get("evidence") or []
     progress = result.get("last_progress") or {}
     charts = metric_charts(data.compressed.metrics if data.compressed else None,
@@ -113,11 +116,13 @@ def job_detail(request: Request, job_id: int, services: ServicesDep, _: WebEngin
                            failure_line=evidence[0]["line"] if evidence else None,
                            evidence_lines={e["line"] for e in evidence})
     return page(request, "job.html", data=data, job=data.job, current=data.current, result=result, view=view,
-                charts=charts, saved=request.query_params.get("saved"))
+                charts=charts, saved=request.query_params.get("saved"),
+                probes=[probe_view(p) for p in data.probes],
+                recoveries=[run_view(r, data.actions) for r in reversed(data.recoveries)])
 
 
 @router.post("/jobs/{job_id}/label")
-def label_job(job_id: int, services: ServicesDep, user: WebEngineer, background: BackgroundTasks,
+def label_job(job_id: ObjectId, services: ServicesDep, user: WebEngineer, background: BackgroundTasks,
               diagnosis_id: Annotated[int, Form(ge=1, le=2_147_483_647)],
               verdict: Annotated[Verdict, Form()],
               error_type: Annotated[str | None, Form()] = None,
@@ -144,7 +149,7 @@ def label_job(job_id: int, services: ServicesDep, user: WebEngineer, background:
 
 
 @router.get("/jobs/{job_id}/log/raw")
-def download_raw(job_id: int, services: ServicesDep, _: WebEngineer) -> FileResponse:
+def download_raw(job_id: ObjectId, services: ServicesDep, _: WebEngineer) -> FileResponse:
     sha, log_id, _status = services.db.run(logs.raw_location, job_id=job_id, attempt=None)
     path = services.store.blob_path(sha) if sha else services.store.part_path(log_id)
     if not path.exists():

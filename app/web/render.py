@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,15 +42,25 @@ def _hours(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
-templates.env.filters.update(dt=_dt, ago=_ago, hours=_hours)
+def _pretty_json(value: Any) -> str:
+    """JSON for a person to read inside <pre>: autoescaping makes it safe for HTML, so quotes stay
+    quotes (the `tojson` filter writes \\u0027, which is for <script>, and the pages have none)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+templates.env.filters.update(dt=_dt, ago=_ago, hours=_hours, pretty_json=_pretty_json)
 templates.env.globals.update(
-    charts=charts, version=__version__, error_types=[e.value for e in ErrorType],
+    charts=charts, package_version=__version__, error_types=[e.value for e in ErrorType],
     categories=[c.value for c in Category], action_kinds=[a.value for a in ActionKind], ranges=list(RANGES))
 
 
 def page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     user = getattr(request.state, "web_user", None)
-    context.update(request=request, user=user, csrf=user.csrf_token if user else None)
+    services = getattr(request.app.state, "services", None)
+    # the footer's rules hash: pages pass their own `version`s, so it has its own name
+    rules_version = services.pipeline.ruleset.version if services is not None and services.pipeline else None
+    context.update(request=request, user=user, csrf=user.csrf_token if user else None,
+                   footer_rules_version=rules_version)
     return templates.TemplateResponse(request, name, context, status_code=status_code)
 
 

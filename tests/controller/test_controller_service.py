@@ -1,5 +1,6 @@
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,15 @@ def failed_job(client, sched, local, tmp_path, log: str, ext_hosts=("n1", "n2"))
                        checkpoint_dir=str(ckpt))
     assert local.wait(ext, timeout_s=30).state == "FAILED"
     job = new_job(client, sched, external_id=ext, hosts=list(ext_hosts), cluster="c1")
-    client.put(f"/v1/jobs/{job['id']}/log", content=log.encode(), headers=sched)
-    assert client.post(f"/v1/jobs/{job['id']}/diagnoses", headers=sched).status_code == 200
+    assert client.put(f"/v1/jobs/{job['id']}/log", content=log.encode(), headers=sched).status_code == 201
+    resp = client.post(f"/v1/jobs/{job['id']}/diagnoses", headers=sched)
+    assert resp.status_code in (200, 202), resp.text
+    deadline = time.monotonic() + 60  # a large log is diagnosed in the background (202)
+    href = resp.json().get("href")
+    while resp.json()["status"] not in ("done", "failed") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        resp = client.get(href, headers=sched)
+    assert resp.json()["status"] == "done", resp.text
     return job["id"], ext, work
 
 
@@ -254,3 +262,25 @@ def test_the_host_the_log_names_for_a_hardware_fault_is_excluded_when_every_prob
     info = local.job(ext)
     assert info.restarts == 1 and "n2" not in info.nodes, info
     assert json.loads((work / "logdx-restart.json").read_text())["exclude"] == ["n2"]
+
+
+def test_a_loss_spike_rolls_back_before_its_exact_onset_not_the_sampled_one(app, client, sched, local, tmp_path):
+    # 12,000 iterations, the loss jumps at 9,137; the compressor samples the metric lines, so
+    # it first sees the spike many iterations late. A checkpoint saved at 9,150 already holds
+    # the bad update: the rollback must go to 9,136, the last healthy iteration.
+    log = text(progress(1, 9_136, host="n1"), progress(9_137, 12_000, host="n1", loss=9.5))
+    job_id, ext, work = failed_job(client, sched, local, tmp_path, log)
+    ckpt = tmp_path / "ckpt"
+    for it in (8_000, 9_136, 9_150):
+        d = ckpt / f"iter_{it:07d}" / "mp_rank_00"
+        d.mkdir(parents=True)
+        (d / "model_optim_rng.pt").write_bytes(b"w")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("9150")
+    diagnosis = client.get(f"/v1/jobs/{job_id}/diagnoses", headers=sched).json()["items"][0]["diagnosis"]
+    rc = diagnosis["root_cause"]
+    assert (rc["error_type"], rc["last_good_step"], rc["onset_step"]) == ("LossSpike", 9_136, 9_137), rc
+    app.state.services.db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    run = controller(app, local).recover(job_id=job_id, actor="test", checkpoint_dir=str(ckpt))
+    assert run.status == "done", run.outcome
+    restart = json.loads((work / "logdx-restart.json").read_text())
+    assert restart["checkpoint_step"] == 9_136 and restart["skip_batches"] == [9_137, 9_337], restart

@@ -97,6 +97,15 @@ def test_loss_spike_rolls_back_before_the_onset_and_skips_batches():
     assert requeue.params["before_step"] == 500 and requeue.params["skip"] == [500, 700]
 
 
+def test_a_sampled_onset_rolls_back_before_the_last_healthy_step():
+    # the spike was first seen at step 500, the last step seen healthy was 437: the onset is in
+    # 438..500, so a checkpoint of step 450 may hold the bad update and 438 is the first data skipped
+    f = Facts(error_type=ErrorType.LossSpike, category=Category.FRAMEWORK, fingerprint="s", last_step=520,
+              onset_step=500, last_good_step=437)
+    requeue = plan_recovery(f, [], {}, RULES, now=NOW).steps[-1]
+    assert requeue.params["before_step"] == 438 and requeue.params["skip"] == [438, 700]
+
+
 def test_hang_captures_evidence_then_restarts():
     plan = plan_recovery(facts(ErrorType.Hang, suspects=(), end=JobEnd(state="running")), [], {}, RULES, now=NOW)
     assert [s.kind for s in plan.steps] == [StepKind.CAPTURE, StepKind.REQUEUE]

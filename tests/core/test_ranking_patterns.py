@@ -87,6 +87,24 @@ def test_a_timeout_behind_the_jobs_own_slow_step_is_no_retry(pipe, step):
     assert d.root_cause.error_type == "NCCLTimeoutError" and d.action.kind == "no_retry"
 
 
+@pytest.mark.parametrize("steps_between", [5, 2000])
+def test_a_checkpoint_saved_before_training_went_on_is_not_the_cause_of_a_timeout(pipe, steps_between):
+    # a pretraining log saves every few hundred steps: the save hours before a timeout, with
+    # training going on after it, is history; the timeout is retried like one with no cause
+    lines = (hf_steps(50) + ["Saving model checkpoint to /output/checkpoint-500"] + hf_steps(steps_between, 51)
+             + [TIMEOUT.format(r=r) for r in range(4)])
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("NCCLTimeoutError", "retry"), d.action
+
+
+def test_a_save_running_when_the_timeout_fired_is_its_cause_in_a_periodic_saving_log(pipe):
+    lines = []
+    for k in range(1, 5):  # saves every 100 steps; the last one hangs rank 0
+        lines += hf_steps(100, 100 * k) + [f"Saving model checkpoint to /output/checkpoint-{100 * k}"]
+    d = run(pipe, "\n".join(lines + [TIMEOUT.format(r=r) for r in (1, 2, 3)]) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("NCCLTimeoutError", "no_retry"), d.action
+
+
 def test_a_timeout_with_no_visible_cause_is_retried(pipe):
     # restart from the last checkpoint; the controller's fingerprint budget stops a repeat
     d = run(pipe, "\n".join(hf_steps(3) + [TIMEOUT.format(r=r) for r in range(4)]) + "\n")

@@ -97,12 +97,12 @@ def test_proposed_rules_review(client, eng, admin):
     rule = created.json()
     assert rule["status"] == "proposed" and rule["validation"]["valid"] and rule["category"] == "infrastructure"
     assert "fallen off the bus" in rule["yaml"]
-    bad = client.post("/v1/rules/proposed", json={**good, "pattern": "(unclosed"}, headers=eng).json()
-    assert bad["validation"]["compiles"] is False
-    miss = client.post("/v1/rules/proposed", json={**good, "pattern": "nothing like it"}, headers=eng).json()
-    assert miss["validation"]["unmatched"] == good["evidence"]
+    assert_error(client.post("/v1/rules/proposed", json={**good, "pattern": "(unclosed"}, headers=eng), 422,
+                 "invalid_pattern")
+    bad = client.post("/v1/rules/proposed", json={**good, "pattern": "nothing like it"}, headers=eng).json()
+    assert bad["validation"]["unmatched"] == good["evidence"] and not bad["validation"]["valid"]
     assert [r["id"] for r in client.get("/v1/rules/proposed", params={"status": "proposed"},
-                                         headers=eng).json()["items"]] == [miss["id"], bad["id"], rule["id"]]
+                                         headers=eng).json()["items"]] == [bad["id"], rule["id"]]
     assert client.post(f"/v1/rules/proposed/{rule['id']}/approve", headers=eng).status_code == 403
     approved = client.post(f"/v1/rules/proposed/{rule['id']}/approve", json={"note": "ok"}, headers=admin).json()
     assert (approved["status"], approved["reviewed_by"], approved["review_note"]) == ("approved", "test-admin", "ok")

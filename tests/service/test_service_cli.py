@@ -52,6 +52,12 @@ def test_token_list_has_a_header_and_says_when_there_are_none(tmp_path, monkeypa
     empty = CliRunner().invoke(main, ["token", "list"])
     assert empty.exit_code == 0 and empty.stdout == "" and "no tokens yet" in empty.stderr
     CliRunner().invoke(main, ["token", "create", "--role", "scheduler", "--name", "slurm"])
+    scoped = CliRunner().invoke(main, ["token", "create", "--role", "scheduler", "--name", "c1",
+                                       "--cluster", "c1", "--cluster", "c0"])
+    assert scoped.exit_code == 0 and "clusters c0, c1" in scoped.stderr
+    refused = CliRunner().invoke(main, ["token", "create", "--role", "engineer", "--cluster", "c1"])
+    assert refused.exit_code != 0 and "only scheduler tokens" in refused.output
     lines = CliRunner().invoke(main, ["token", "list"]).stdout.splitlines()
-    assert lines[0].split("\t") == ["id", "role", "state", "name", "created"]
+    assert lines[0].split("\t") == ["id", "role", "state", "name", "created", "clusters"]
     assert lines[1].split("\t")[1:4] == ["scheduler", "active", "slurm"]
+    assert lines[1].split("\t")[5] == "*" and lines[2].split("\t")[5] == "c0,c1"

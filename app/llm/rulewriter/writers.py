@@ -16,6 +16,7 @@ import regex
 
 from app.core.fields import fold_key
 from app.core.types import Category, ErrorType
+from app.core.untrusted import UntrustedPattern, compile_untrusted
 from app.llm.client import LLMClient
 from app.llm.errors import LLMError
 from app.llm.ports import ProposedRule, ProposedRuleSink
@@ -79,21 +80,15 @@ def _rule_id(prefix: str, pattern: str) -> str:
     return f"{prefix}-{hashlib.sha256(pattern.encode()).hexdigest()[:8]}"
 
 
-def _vote(valid: dict[str, Validation], compiled: dict[str, regex.Pattern], corpus: Sequence[str]) -> tuple[str | None, dict[str, int]]:
+def _vote(valid: dict[str, Validation], compiled: dict[str, UntrustedPattern],
+          corpus: Sequence[str]) -> tuple[str | None, dict[str, int]]:
     """Candidates vote with the set of corpus lines they match; the biggest bloc wins and its
     most specific-but-short pattern (enough literal text, then shortest) is chosen."""
     if not valid:
         return None, {}
     signature: dict[str, frozenset[int]] = {}
     for pat in valid:
-        hits = set()
-        for i, line in enumerate(corpus):
-            try:
-                if compiled[pat].search(line, timeout=0.05):
-                    hits.add(i)
-            except TimeoutError:
-                pass
-        signature[pat] = frozenset(hits)
+        signature[pat] = frozenset(i for i, line in enumerate(corpus) if compiled[pat].search(line))
     blocs: dict[frozenset[int], list[str]] = defaultdict(list)
     for pat, sig in signature.items():
         blocs[sig].append(pat)
@@ -139,7 +134,7 @@ class DiagnosisRuleWriter:
         positives = list(dict.fromkeys([*evidence, *(mutate_numbers(e) for e in evidence)]))
         negatives = self.negatives[:3]
         validations: dict[str, Validation] = {}
-        compiled: dict[str, regex.Pattern] = {}
+        compiled: dict[str, UntrustedPattern] = {}
         for pat in cands:
             rule = {"id": _rule_id(f"proposed-{error_type.value.lower()}", pat), "error_type": error_type.value,
                     "category": category.value, "pattern": pat,
@@ -148,7 +143,7 @@ class DiagnosisRuleWriter:
             v = validate_rule(rule, kind="diagnosis", positives=positives, negatives=self.negatives)
             validations[pat] = v
             if v.ok:
-                compiled[pat] = regex.compile(pat)
+                compiled[pat] = compile_untrusted(pat)
         valid = {p: v for p, v in validations.items() if v.ok and literal_chars(p) >= MIN_LITERAL}
         best, votes = _vote(valid, compiled, list(corpus) or evidence)
         if best is None:
@@ -207,7 +202,7 @@ class FilterRuleWriter:
                 v = validate_rule(rule, kind="filter", positives=positives, negatives=self.negatives)
                 validations[pat] = v
                 if v.ok:
-                    compiled[pat] = regex.compile(pat)
+                    compiled[pat] = compile_untrusted(pat)
             valid = {p: v for p, v in validations.items() if v.ok and literal_chars(p) >= 6}
             best, votes = _vote(valid, compiled, positives)
             if best is None:
