@@ -193,6 +193,16 @@ class Settings(BaseSettings):
     slurm_conf: Path | None = Field(
         default=None, description="slurm.conf for the Slurm adapter; unset: Slurm's own default/SLURM_CONF.",
     )
+    slurm_probe_immediate_s: int = Field(
+        default=10, ge=1, le=3600,
+        description="srun --immediate for probe workers: seconds a probe waits for its nodes' allocation; "
+        "a group that gets none did not run (its nodes are unknown, never failed).",
+    )
+    slurm_probe_args: list[str] = Field(
+        default_factory=list,
+        description='Extra srun flags for probe workers and health probes, e.g. ["--gpus-per-node=8"] '
+        "where GPUs are a gres (JSON list).",
+    )
     kube_namespace: str = Field(
         default="default", description="Namespace of the training jobs' pods for the Kubernetes adapter.",
     )
@@ -200,6 +210,11 @@ class Settings(BaseSettings):
         default=30.0, ge=5.0,
         description="Timeout of one probe group (rendezvous, then the allgather); a group that does not "
         "report in time has failed.",
+    )
+    controller_probe_gpus_per_node: int = Field(
+        default=1, ge=1, le=64,
+        description="Probe ranks per node: one per GPU, so the allgather crosses every device of a node "
+        "(srun --ntasks-per-node; on CPU nodes, gloo processes). 1: one rank per node.",
     )
     controller_probe_port: int = Field(
         default=0, ge=0, le=65535,

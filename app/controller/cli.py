@@ -36,11 +36,14 @@ def _report_lines(report) -> list[str]:  # noqa: ANN001
               help="Allgather payload per rank.")
 @click.option("--store", "store_addr", default="127.0.0.1:0", show_default=True,
               help="HOST:PORT the controller's rendezvous store listens on (port 0: any).")
-@click.option("--inject", multiple=True, help="NODE=FAULT (exit_before|exit_mid|hang|corrupt|slow), for demos.")
+@click.option("--inject", multiple=True,
+              help="NODE=FAULT or NODE:LOCAL_RANK=FAULT (exit_before|exit_mid|hang|corrupt|slow), for demos.")
+@click.option("--gpus-per-node", "per_node", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Probe ranks per node, one per GPU (on CPU: processes).")
 @click.option("--health", is_flag=True, help="Also run the health probes of rules/probes.yaml on each host.")
 @click.option("--json", "as_json", is_flag=True)
 def probe(hosts: str, suspects: tuple[str, ...], scheduler: str, timeout_s: float, nbytes: int,
-          store_addr: str, inject: tuple[str, ...], health: bool, as_json: bool) -> None:
+          store_addr: str, inject: tuple[str, ...], per_node: int, health: bool, as_json: bool) -> None:
     """Find faulty nodes with the two-round pairwise allgather test."""
     from app.controller.probe_runner import CommandProbeRunner, LocalProbeCluster
 
@@ -52,7 +55,8 @@ def probe(hosts: str, suspects: tuple[str, ...], scheduler: str, timeout_s: floa
     if not port.isdigit():
         _fail(f"--store must be HOST:PORT, got {store_addr!r}")
     if scheduler == "local":
-        with LocalProbeCluster(names, timeout_s=timeout_s, nbytes=nbytes, faults=faults, port=int(port)) as cluster:
+        with LocalProbeCluster(names, timeout_s=timeout_s, nbytes=nbytes, faults=faults, port=int(port),
+                               per_node=per_node) as cluster:
             cluster.wait_ready()
             report = cluster.probe(suspects=suspects)
     else:
@@ -60,7 +64,7 @@ def probe(hosts: str, suspects: tuple[str, ...], scheduler: str, timeout_s: floa
 
         env = {"LOGDX_PROBE_FAULTS": ",".join(inject)} if inject else None
         runner = CommandProbeRunner(SlurmScheduler().probe_command, timeout_s=timeout_s, nbytes=nbytes,
-                                    host=host or "127.0.0.1", port=int(port), env=env)
+                                    host=host or "127.0.0.1", port=int(port), env=env, per_node=per_node)
         report = runner.probe(names, suspects=suspects)
     out = report.to_dict()
     unhealthy = False

@@ -5,10 +5,13 @@ is its exit code plus `match`/`no_match` patterns on its output."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,21 +95,73 @@ class HealthResult:
 
 Launcher = Callable[[Sequence[str], Sequence[str]], "list[str] | None"]
 
+# printed on the node before the check itself: output without it means the launcher never ran
+# the check there (srun got no allocation: the node is busy), which says nothing about the node
+STARTED = "logdx-health-started"
+FAILING = frozenset({"fail", "timeout"})
+
 
 def run_health_probe(probe: HealthProbe, *, node: str | None = None, launcher: Launcher | None = None,
                      env: dict[str, str] | None = None) -> HealthResult:
+    """Run one check, on `node` through `launcher` (srun -N1 -w node ...) or here. `pass`/`fail`
+    by its pass condition; `timeout` when it started and did not finish (a GPU check that hangs
+    is a sick GPU); `unavailable` when it could not run at all: its tool is not installed, or the
+    launcher did not start it (busy node) - unknown, never failed."""
     argv = [probe.command, *probe.args]
-    remote = launcher(node and [node] or [], argv) if (launcher and node) else None
+    remote = None
+    if launcher and node:
+        remote = launcher([node], ["sh", "-c", f'echo {STARTED}; exec "$@"', "logdx-health", *argv])
     if remote is None and shutil.which(probe.command) is None:
         return HealthResult(probe.id, node, "unavailable", None, 0.0, f"{probe.command} is not installed")
     t0 = time.monotonic()
+    proc = subprocess.Popen(remote or argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", env=env, start_new_session=True)
     try:
-        proc = subprocess.run(remote or argv, capture_output=True, text=True, timeout=probe.timeout_s, env=env)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return HealthResult(probe.id, node, "timeout", None, time.monotonic() - t0, out[-2000:])
-    output = proc.stdout + proc.stderr
-    if remote is not None and proc.returncode == 127 and "not found" in output:
-        return HealthResult(probe.id, node, "unavailable", 127, time.monotonic() - t0, output[-2000:])
+        output, _ = proc.communicate(timeout=probe.timeout_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        # SIGTERM first: srun passes it on to the step on the node and ends it
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            output, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+        timed_out = True
+    took = time.monotonic() - t0
+    output = output or ""
+    if remote is not None:
+        if STARTED not in output:
+            why = "not started on the node within its timeout" if timed_out else f"not started (exit {proc.returncode})"
+            return HealthResult(probe.id, node, "unavailable", proc.returncode, took, f"{why}: {output[-1900:]}")
+        output = output.replace(STARTED + "\n", "", 1)
+    if timed_out:
+        return HealthResult(probe.id, node, "timeout", None, took, output[-2000:])
+    if proc.returncode == 127 and "not found" in output:
+        return HealthResult(probe.id, node, "unavailable", 127, took, output[-2000:])
     status = "pass" if probe.passes(proc.returncode, output) else "fail"
-    return HealthResult(probe.id, node, status, proc.returncode, time.monotonic() - t0, output[-2000:])
+    return HealthResult(probe.id, node, status, proc.returncode, took, output[-2000:])
+
+
+def check_hosts(probes: Sequence[HealthProbe], hosts: Sequence[str], *, launcher: Launcher | None,
+                env: dict[str, str] | None = None, parallel: int = 8) -> dict[str, list[HealthResult]]:
+    """Every probe on every host (hosts in parallel, a host's probes one after the other)."""
+    def one(host: str) -> list[HealthResult]:
+        # run here (no launcher: a local scheduler's nodes are names on this machine), a check
+        # learns which node it stands for from LOGDX_NODE, as srun's tasks do from SLURMD_NODENAME
+        here = None if launcher else {**(env or os.environ), "LOGDX_NODE": host}
+        return [run_health_probe(p, node=host if launcher else None, launcher=launcher, env=here or env)
+                for p in probes]
+
+    hosts = list(dict.fromkeys(hosts))
+    if not hosts:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(parallel, len(hosts))) as pool:
+        return dict(zip(hosts, pool.map(one, hosts), strict=True))
+
+
+def host_status(results: Sequence[HealthResult]) -> str:
+    """fail: a check failed or hung; pass: one passed and none failed; unknown: none could run."""
+    if any(r.status in FAILING for r in results):
+        return "fail"
+    return "pass" if any(r.status == "pass" for r in results) else "unknown"

@@ -34,6 +34,9 @@ class GroupResult:
     error: str = ""
     # members that reported at all (a dead or hung member reports nothing)
     reported: tuple[str, ...] = ()
+    # False: no member started (the scheduler never gave the group its nodes: busy, reserved);
+    # such a group says nothing about its members, it neither passed nor failed
+    ran: bool = True
 
 
 @dataclass
@@ -46,6 +49,8 @@ class ProbeReport:
     rounds: list[list[dict]] = field(default_factory=list)
     duration_s: float = 0.0
     round_s: list[float] = field(default_factory=list)
+    # nodes no group could test (never allocated): neither faulty nor healthy
+    untested: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -139,11 +144,14 @@ def run_two_rounds(nodes: Sequence[str], run_batch: RunBatch, *, suspects: Seque
 
     `reference`: nodes known to be good (idle, recently probed) used as partners in round 2 when
     no round-1 group passed; without them such a probe is inconclusive and nothing is blamed.
+    A group that did not run (`ran=False`: the scheduler never gave it its nodes) neither passes
+    nor fails: its members are `untested` unless another group settles them, and a probe that
+    leaves a node untested is inconclusive for it.
     """
     start = clock()
     nodes = list(dict.fromkeys(nodes))
     if len(nodes) < 2 and not reference:
-        return ProbeReport(Verdict.INCONCLUSIVE, [], [], [], "a probe needs at least two nodes")
+        return ProbeReport(Verdict.INCONCLUSIVE, [], [], [], "a probe needs at least two nodes", untested=nodes)
     if len(nodes) < 2:
         nodes = nodes + [r for r in reference if r not in nodes][:1]
     refs = [r for r in reference if r not in nodes]
@@ -151,7 +159,7 @@ def run_two_rounds(nodes: Sequence[str], run_batch: RunBatch, *, suspects: Seque
         return _two_with_references(nodes, refs, run_batch, start, clock)
     r1 = _run(run_batch, 1, round1_groups(nodes, suspects, shrink=shrink))
     t1 = clock() - start
-    failed = [n for r in r1 if not r.ok for n in r.members]
+    failed = [n for r in r1 if r.ran and not r.ok for n in r.members]
     passed = [n for r in r1 if r.ok for n in r.members]
     slow_r1 = [n for r in slow_groups(r1, factor=slow_factor, min_extra_s=min_slow_s) for n in r.members]
     rounds = [[asdict(r) for r in r1]]
@@ -160,19 +168,32 @@ def run_two_rounds(nodes: Sequence[str], run_batch: RunBatch, *, suspects: Seque
         extra = _run(run_batch, 1, [g for g in itertools.combinations(nodes, 2) if g not in {r.members for r in r1}])
         rounds.append([asdict(r) for r in extra])
         passed = sorted({n for r in extra if r.ok for n in r.members})
+    probed = set(failed) | set(passed)
+    not_run = [n for r in r1 if not r.ran for n in r.members if n not in probed]
+    untested = sorted(n for n in dict.fromkeys(not_run) if n in set(nodes))
+    not_run_note = (f"; {len(untested)} node(s) could not be probed (the scheduler did not give the probe "
+                    f"their allocation: busy or reserved), nothing is said about them: {untested[:10]}"
+                    if untested else "")
     partners = [n for n in passed if n not in set(slow_r1)] or [n for n in reference if n not in set(nodes)]
     if not failed and not slow_r1:
-        return ProbeReport(Verdict.OK, [], [], sorted(passed), "every group passed round 1",
-                           rounds, clock() - start, [t1])
+        if not passed:
+            return ProbeReport(Verdict.INCONCLUSIVE, [], [], [], "no probe group could run" + not_run_note,
+                               rounds, clock() - start, [t1], untested=untested)
+        verdict = Verdict.INCONCLUSIVE if untested else Verdict.OK
+        return ProbeReport(verdict, [], [], sorted(passed), "every group that ran passed round 1" + not_run_note,
+                           rounds, clock() - start, [t1], untested=untested)
     if failed and not partners:
         why = ("every group failed and no known-good node was given: the fault is common to all "
                "nodes (fabric, rendezvous, software) or every node is faulty; nothing is blamed")
-        return ProbeReport(Verdict.INCONCLUSIVE, [], [], [], why, rounds, clock() - start, [t1])
+        return ProbeReport(Verdict.INCONCLUSIVE, [], [], [], why + not_run_note, rounds, clock() - start, [t1],
+                           untested=untested)
     candidates = [n for n in failed if n not in set(passed)] + slow_r1
     r2 = _run(run_batch, 2, round2_groups(candidates, partners))
     rounds.append([asdict(r) for r in r2])
     by_candidate = {r.members[0]: r for r in r2}
-    faulty = sorted(c for c in failed if c in by_candidate and not by_candidate[c].ok)
+    faulty = sorted(c for c in failed if c in by_candidate and by_candidate[c].ran and not by_candidate[c].ok)
+    # a candidate whose round-2 group did not run is as untested as one of round 1
+    untested = sorted(set(untested) | {c for c in candidates if c in by_candidate and not by_candidate[c].ran})
     median2 = statistics.median([r.elapsed_s for r in r1 if r.ok] or [0.0])
     slow_limit = max(median2 * slow_factor, median2 + min_slow_s)
     slow = sorted(c for c in slow_r1 if c in by_candidate and by_candidate[c].ok
@@ -181,20 +202,22 @@ def run_two_rounds(nodes: Sequence[str], run_batch: RunBatch, *, suspects: Seque
     # suspect (it passed round 1, so it broke in between): say so, blame nobody extra
     met: dict[str, list[bool]] = {}
     for r in r2:
-        met.setdefault(r.members[1], []).append(r.ok)
+        if r.ran:
+            met.setdefault(r.members[1], []).append(r.ok)
     bad_partners = sorted(p for p, oks in met.items() if len(oks) >= 2 and not any(oks) and p not in reference)
     if faulty:
         verdict, reason = Verdict.FAULTY, "failed the allgather in round 1 and again with a good partner in round 2"
     else:
-        verdict = Verdict.OK if not failed else Verdict.INCONCLUSIVE
+        verdict = Verdict.OK if not failed and not untested else Verdict.INCONCLUSIVE
         reason = ("no node failed again in round 2" if failed else "no group failed")
         if failed:
             reason += ": the round-1 failure did not reproduce (transient); nothing is blamed"
     if bad_partners and verdict is Verdict.FAULTY:
         reason += f"; round-2 partners {bad_partners} failed too and should be probed again"
-    healthy = sorted(set(nodes) - set(faulty) - set(slow) - (set(failed) - {r.members[0] for r in r2 if r.ok}))
-    return ProbeReport(verdict, faulty, slow, healthy, reason, rounds, clock() - start,
-                       [t1, clock() - start - t1])
+    cleared = {r.members[0] for r in r2 if r.ok}
+    healthy = sorted(set(nodes) - set(faulty) - set(slow) - (set(failed) - cleared) - set(untested))
+    return ProbeReport(verdict, faulty, slow, healthy, reason + not_run_note, rounds, clock() - start,
+                       [t1, clock() - start - t1], untested=untested)
 
 
 def _two_with_references(nodes: list[str], refs: list[str], run_batch: RunBatch, start: float,
@@ -203,9 +226,16 @@ def _two_with_references(nodes: list[str], refs: list[str], run_batch: RunBatch,
     with a known-good node at once (one round instead of two)."""
     results = _run(run_batch, 1, [(nodes[0], refs[0]), (nodes[1], refs[1])])
     rounds = [[asdict(r) for r in results]]
-    failed = sorted(r.members[0] for r in results if not r.ok)
+    failed = sorted(r.members[0] for r in results if r.ran and not r.ok)
     healthy = sorted(r.members[0] for r in results if r.ok)
+    untested = sorted(r.members[0] for r in results if not r.ran)
     t = clock() - start
+    if untested:
+        note = (f"{untested} could not be probed (the scheduler did not give the probe their allocation: "
+                "busy or reserved); nothing is said about them")
+        if failed:
+            note += f", and {failed} failed with a known-good partner that nothing else vouches for; nothing is blamed"
+        return ProbeReport(Verdict.INCONCLUSIVE, [], [], healthy, note, rounds, t, [t], untested=untested)
     if not failed:
         return ProbeReport(Verdict.OK, [], [], healthy, "both nodes passed with a known-good partner", rounds, t, [t])
     if not healthy:

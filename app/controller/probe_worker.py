@@ -8,9 +8,15 @@ process group (NCCL when the node has GPUs, gloo otherwise) and reports to the c
 groups the controller assigns to its node, round after round (local probes: one import of torch
 per node instead of one per group).
 
+`--per-node G` runs G ranks on each node (one per GPU: `srun --ntasks-per-node=G`, or G local
+agents per node): rank = node index x G + local rank (SLURM_LOCALID / LOCAL_RANK), each on its
+own device, so the allgather crosses every GPU of the node, not GPU 0 alone. On CPU (gloo) the
+ranks are processes.
+
 Every member checks every gathered chunk, so a node that sends corrupt data fails its group.
 LOGDX_PROBE_FAULTS (`node=fault,...`; exit_before | exit_mid | hang | corrupt | slow) injects a
-fault on a named node: it exists for the tests and the demo, and is unset on real clusters.
+fault on a named node (`node:1=fault`: on its local rank 1 only): it exists for the tests and
+the demo, and is unset on real clusters.
 """
 
 from __future__ import annotations
@@ -27,10 +33,10 @@ FAULTS = ("exit_before", "exit_mid", "hang", "corrupt", "slow")
 ITERATIONS = 3
 
 
-def injected_fault(node: str) -> str | None:
+def injected_fault(node: str, local_rank: int = 0) -> str | None:
     for item in os.environ.get("LOGDX_PROBE_FAULTS", "").split(","):
         name, _, fault = item.partition("=")
-        if name.strip() == node and fault.strip() in FAULTS:
+        if name.strip() in (node, f"{node}:{local_rank}") and fault.strip() in FAULTS:
             return fault.strip()
     return None
 
@@ -43,22 +49,27 @@ def connect(store_addr: str, timeout_s: float):  # noqa: ANN201
 
 
 def run_group(store, *, group: str, rank: int, world: int, node: str, timeout_s: float,  # noqa: ANN001
-              nbytes: int, slow_s: float = 1.5) -> dict:
+              nbytes: int, slow_s: float = 1.5, local_rank: int = 0) -> dict:
     """Join the group, allgather `nbytes` per rank ITERATIONS times, check every chunk."""
     import torch
     import torch.distributed as dist
 
-    fault = injected_fault(node)
+    fault = injected_fault(node, local_rank)
     pstore = dist.PrefixStore(group, store)
+    # the controller tells a group that ran from one the scheduler never started (busy nodes):
+    # a node that dies after this line failed its group, one whose workers never got here did not run
+    pstore.set(f"started/{rank}", node)
     if fault == "exit_before":
         os._exit(3)
     if fault == "hang":
         time.sleep(10 ** 6)
     use_cuda = torch.cuda.is_available()
     backend = "nccl" if use_cuda else "gloo"
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda else torch.device("cpu")
+    # one GPU per local rank; modulo: a task bound to one GPU (--gpus-per-task=1) sees it as cuda:0
+    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
     t_init = time.monotonic()
-    result = {"node": node, "rank": rank, "ok": False, "backend": backend}
+    result = {"node": node, "rank": rank, "local_rank": local_rank, "ok": False, "backend": backend,
+              "device": str(device)}
     try:
         # a process group object of its own, not the global default group: a failed rendezvous
         # leaves no global state behind for the next group this process joins
@@ -92,27 +103,38 @@ def run_group(store, *, group: str, rank: int, world: int, node: str, timeout_s:
     return result
 
 
+def _local_rank(args: argparse.Namespace) -> int:
+    if args.local_rank is not None:
+        return args.local_rank
+    return int(os.environ.get("SLURM_LOCALID") or os.environ.get("LOCAL_RANK") or 0)
+
+
 def _once(args: argparse.Namespace) -> int:
     nodes = args.nodes.split(",")
+    per = max(1, args.per_node)
+    local = _local_rank(args)
     node = args.node or os.environ.get("SLURMD_NODENAME") or os.environ.get("LOGDX_NODE") or ""
-    rank = nodes.index(node) if node in nodes else int(os.environ.get("SLURM_PROCID", "0"))
+    rank = nodes.index(node) * per + local if node in nodes else int(os.environ.get("SLURM_PROCID", "0"))
     store = connect(args.store, args.timeout * 3)
-    res = run_group(store, group=args.group, rank=rank, world=len(nodes), node=node or nodes[rank],
-                    timeout_s=args.timeout, nbytes=args.bytes)
+    res = run_group(store, group=args.group, rank=rank, world=len(nodes) * per, node=node or nodes[rank // per],
+                    timeout_s=args.timeout, nbytes=args.bytes, local_rank=local)
     return 0 if res["ok"] else 1
 
 
 def _agent(args: argparse.Namespace) -> int:
     store = connect(args.store, 3600)
-    store.set(f"agent/{args.node}", str(os.getpid()))
+    per, local = max(1, args.per_node), _local_rank(args)
+    me = f"{args.node}/{local}"
+    store.set(f"agent/{me}", str(os.getpid()))
     seq = 0
     while True:
-        task = json.loads(store.get(f"assign/{args.node}/{seq}"))
+        task = json.loads(store.get(f"assign/{me}/{seq}"))
         seq += 1
         if task.get("stop"):
             return 0
-        run_group(store, group=task["group"], rank=task["rank"], world=task["world"], node=args.node,
-                  timeout_s=task["timeout"], nbytes=task["bytes"])
+        # the task names the node's index in its group; each of its `per` agents is one rank
+        run_group(store, group=task["group"], rank=task["rank"] * per + local, world=task["world"] * per,
+                  node=args.node, timeout_s=task["timeout"], nbytes=task["bytes"], local_rank=local)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", default="", help="the group's nodes, in rank order")
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--bytes", type=int, default=1 << 20)
+    parser.add_argument("--per-node", type=int, default=1, help="ranks per node (one per GPU)")
+    parser.add_argument("--local-rank", type=int, default=None, help="default: SLURM_LOCALID, LOCAL_RANK, 0")
     args = parser.parse_args(argv)
     try:
         return _once(args) if args.mode == "once" else _agent(args)

@@ -107,6 +107,10 @@ class RecoveryPolicy(_Strict):
     backoff: Backoff | None = None
     escalate: RecoveryAction = RecoveryAction.NOTIFY_ADMIN
     skip_batches: SkipBatches | None = None
+    # the hosts the log names are kept out of the restart even when no probe convicts them
+    # (excluded for this job, not drained): a log that names a host for an ECC error or an Xid
+    # outweighs a probe that passed, which cannot reproduce every fault
+    exclude_named_hosts: bool = False
     reason: str
     examples: list[Example] = Field(default_factory=list)
 
@@ -236,6 +240,7 @@ class PriorAttempt:
 
 class StepKind(StrEnum):
     PROBE = "probe"
+    HEALTH = "health"
     DRAIN = "drain"
     CAPTURE = "capture"
     REQUEUE = "requeue"
@@ -355,21 +360,28 @@ def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict
         offenders = tuple(sorted(h for h in facts.suspect_hosts
                                  if host_failures.get(h, 0) + 1 >= threshold
                                  and (not facts.job_hosts or h in facts.job_hosts)))
+    suspects = [h for h in facts.suspect_hosts if h in facts.job_hosts]
     if policy.probe_first and facts.job_hosts:
-        suspects = [h for h in facts.suspect_hosts if h in facts.job_hosts]
         steps.append(Step(StepKind.PROBE, "find the faulty node with the two-round allgather test",
                           hosts=facts.job_hosts, params={"suspects": suspects}))
+        if suspects and facts.category is Category.INFRASTRUCTURE:
+            # the allgather sees the fabric and the collectives, not a GPU's pending page
+            # retirements or a dead IB port: the node checks of rules/probes.yaml do
+            steps.append(Step(StepKind.HEALTH, "run the node health probes on the hosts the log names",
+                              hosts=tuple(suspects)))
     if offenders:
         steps.append(Step(StepKind.DRAIN, f"repeat offender: named by {threshold} or more "
                           "infrastructure failures within the window", hosts=offenders,
                           params={"source": "repeat_offender"}))
     if policy.probe_first and facts.job_hosts:
-        steps.append(Step(StepKind.DRAIN, "failed the node probe", params={"source": "probe"}))
+        steps.append(Step(StepKind.DRAIN, "failed the node probe or a health probe", params={"source": "probe"}))
     if policy.action is RecoveryAction.CAPTURE_AND_RESTART:
         steps.append(Step(StepKind.CAPTURE, "record the last progress and stack dumps before restarting",
                           hosts=facts.job_hosts, params={"last_step": facts.last_step}))
     delay = rules.backoff(policy).delay(retry_number)
     requeue: dict = {"delay_s": delay, "before_step": facts.last_step}
+    if policy.exclude_named_hosts and suspects:
+        requeue["exclude_named"] = list(suspects)
     if policy.action is RecoveryAction.ROLLBACK_AND_SKIP and facts.onset_step is not None:
         skip = policy.skip_batches or SkipBatches(before=0, after=0)
         # the onset lies after the last step seen healthy: a checkpoint saved after that step

@@ -28,6 +28,7 @@ from sqlalchemy import select
 from app.actions.service import finish_action, record_action
 from app.controller import store
 from app.controller.checkpoints import choose_checkpoint
+from app.controller.health import HealthProbe, check_hosts, host_status
 from app.controller.hosts import map_hosts, normalise_hosts
 from app.controller.models import RecoveryRun
 from app.controller.notify import Delivery, WebhookNotifier, message
@@ -100,8 +101,11 @@ class Controller:
     def __init__(self, *, db: Database, rules: RecoveryRules, scheduler_for: Callable[[Job], Scheduler],
                  prober: Prober | None = None, clock: Callable[[], datetime] = utcnow,
                  lock_ttl_s: float = 1800.0, holder: str | None = None,
-                 notifier: WebhookNotifier | None = None) -> None:
+                 notifier: WebhookNotifier | None = None, health_probes: Sequence[HealthProbe] = (),
+                 health_env: dict[str, str] | None = None) -> None:
         self.db = db
+        self.health_probes = list(health_probes)
+        self.health_env = health_env
         self.rules = rules
         self.scheduler_for = scheduler_for
         self.prober = prober
@@ -272,8 +276,13 @@ class Controller:
         if step.kind is StepKind.PROBE:
             self._audit(ctx, "probe", {"hosts": list(step.hosts), "reason": step.reason, **step.params},
                         lambda: self._probe(ctx, scheduler, step))
+        elif step.kind is StepKind.HEALTH:
+            self._audit(ctx, "health", {"hosts": list(step.hosts), "reason": step.reason},
+                        lambda: self._health(ctx, scheduler, step))
         elif step.kind is StepKind.DRAIN:
-            hosts = list(step.hosts) or list(ctx.outcome.get("probe", {}).get("faulty", []))
+            # a host that failed a health probe is faulty even when the allgather passed
+            hosts = list(step.hosts) or list(dict.fromkeys([*ctx.outcome.get("probe", {}).get("faulty", []),
+                                                            *ctx.outcome.get("health", {}).get("failed", [])]))
             named_in_log = list(ctx.facts.suspect_hosts)
             # node3.example -> the scheduler's node3
             known = map_hosts(hosts + named_in_log, scheduler.nodes()).nodes
@@ -365,12 +374,41 @@ class Controller:
         with self.db.transaction() as session:
             probe = store.save_probe(session=session, cluster=ctx.cluster, job_id=ctx.job_id,
                                      hosts=hosts, report=report)
-        # hosts the scheduler does not know were not tested: a pass says nothing about them
-        verdict = "unknown" if untested and report.verdict.value == "ok" else report.verdict.value
+        # hosts the scheduler does not know, and hosts the probe could not get (busy with another
+        # job), were not tested: "unknown", never "failed", and nothing is drained on their account
+        untested += [h for h in report.untested if h not in untested]
+        verdict = "unknown" if untested and report.verdict.value != "faulty" else report.verdict.value
         ctx.outcome["probe"] = {"id": probe.id, "verdict": verdict, "faulty": report.faulty,
                                 "slow": report.slow, **({"untested": untested} if untested else {})}
         return {"probe_id": probe.id, "verdict": verdict, "faulty": report.faulty, "untested": untested,
                 "slow": report.slow, "reason": report.reason, "duration_s": round(report.duration_s, 3)}
+
+    def _health(self, ctx: _StepContext, scheduler: Scheduler, step: Step) -> dict:
+        """The checks of rules/probes.yaml on the hosts the log names, through the scheduler's
+        launcher (srun -N1 -w host) or here for the local scheduler. A host fails when a check
+        fails or hangs; a check that cannot run (tool not installed, node busy) is unknown."""
+        if not self.health_probes:
+            ctx.outcome["health"] = {"status": "not_run"}
+            return {"_status": "skipped", "why": "no health probes are configured"}
+        nodes = scheduler.nodes()
+        names = map_hosts(step.hosts, nodes)
+        hosts = [h for h in names.known if not nodes[h].drained]
+        launcher = None
+        if not getattr(scheduler, "local_probes", False):
+            if hosts and scheduler.probe_command(hosts[:1], ["true"]) is None:
+                ctx.outcome["health"] = {"status": "not_run", "unknown": hosts}
+                return {"_status": "skipped", "why": f"health probes are not wired for the {scheduler.name} "
+                        "scheduler; nothing is blamed"}
+            launcher = scheduler.probe_command
+        results = check_hosts(self.health_probes, hosts, launcher=launcher, env=self.health_env)
+        status = {h: host_status(r) for h, r in results.items()}
+        summary = {k: sorted(h for h, st in status.items() if st == v)
+                   for k, v in (("failed", "fail"), ("passed", "pass"), ("unknown", "unknown"))}
+        summary["unknown"] += [h for h in names.unknown if h not in summary["unknown"]]
+        ctx.outcome["health"] = summary
+        return {**summary, "checks": {h: [{"probe": c.probe_id, "status": c.status, "exit_code": c.exit_code,
+                                           "duration_s": round(c.duration_s, 2), "output_tail": c.output_tail[-300:]}
+                                          for c in r] for h, r in results.items()}}
 
     def _drain(self, ctx: _StepContext, scheduler: Scheduler, host: str, reason: str) -> dict:
         nodes = scheduler.nodes()
@@ -403,6 +441,16 @@ class Controller:
         # restarts a job that is still running.
         if info.state in _QUEUED or (info.state == "RUNNING" and ctx.plan.action is not RecoveryAction.CAPTURE_AND_RESTART):
             return {"_status": "skipped", "why": f"job {ctx.external_id} is {info.state} already", "job_state": info.state}
+        unproven = []
+        if step.params.get("exclude_named"):
+            # the hosts the log names for a hardware fault stay out of the restart even when no
+            # probe convicted them (excluded for this job, not drained): a passed probe cannot
+            # reproduce every fault, and restarting on the host the log blames risks the same failure
+            known = map_hosts(step.params["exclude_named"], scheduler.nodes()).nodes
+            unproven = [h for h in dict.fromkeys(known[n] for n in step.params["exclude_named"] if n in known)
+                        if h not in ctx.exclude]
+            ctx.exclude.extend(unproven)
+            ctx.outcome["excluded_unproven"] = unproven
         short = self._capacity_short(ctx, scheduler, info)
         if short:
             ctx.outcome["not_requeued"] = short
@@ -421,6 +469,7 @@ class Controller:
         ctx.outcome["restart"] = {**asdict(spec), "delay_s": step.params.get("delay_s", 0.0)}
         return {"checkpoint": spec.checkpoint, "checkpoint_step": spec.checkpoint_step,
                 "skip_batches": skip, "exclude": list(spec.exclude), "job_state_before": info.state,
+                **({"excluded_unproven": unproven} if unproven else {}),
                 "checkpoint_note": choice.note if choice else "no checkpoint directory known"}
 
 

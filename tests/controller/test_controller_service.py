@@ -11,6 +11,7 @@ from app.controller.recovery import load_recovery_rules
 from app.controller.schedulers.local import LocalScheduler
 from app.controller.service import Controller
 from app.errors import Conflict
+from tests.controller.health_file import health_probes
 from tests.controller.logs import progress, script_error, text, xid_fault
 from tests.service.conftest import new_job
 
@@ -83,7 +84,7 @@ def test_dry_run_is_the_default_and_records_without_acting(app, client, sched, l
     assert not local.nodes()["n2"].drained and local.job(ext).restarts == 0
     assert not (work / "logdx-restart.json").exists()
     actions = audit(app, job_id)
-    assert [a["kind"] for a in actions] == ["decide", "probe", "drain", "requeue"]
+    assert [a["kind"] for a in actions] == ["decide", "probe", "health", "drain", "requeue"]
     assert all(a["dry_run"] for a in actions)
 
 
@@ -232,6 +233,35 @@ def test_a_probe_of_hosts_the_scheduler_does_not_know_is_unknown_never_ok(app, c
     assert prober.asked == [] and run.outcome["probe"]["verdict"] == "unknown", run.outcome
     probe = [a for a in audit(app, job_id) if a["kind"] == "probe"][0]
     assert probe["status"] == "skipped" and probe["result"]["verdict"] == "unknown"
+
+
+def test_a_host_failing_a_health_probe_is_drained_though_the_allgather_passed(app, client, sched, local, tmp_path):
+    job_id, ext, work = failed_job(client, sched, local, tmp_path, XID)
+    app.state.services.db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    ctl = Controller(db=app.state.services.db, rules=load_recovery_rules(), scheduler_for=lambda job: local,
+                     prober=FixedProber([]), health_probes=health_probes(tmp_path, bad="n2"))
+    run = ctl.recover(job_id=job_id, actor="test")
+    assert run.outcome["probe"]["verdict"] == "ok" and run.outcome["health"]["failed"] == ["n2"], run.outcome
+    assert run.outcome["drained"] == ["n2"] and local.nodes()["n2"].drained
+    assert run.outcome["restart"]["exclude"] == ("n2",) and "n2" not in local.job(ext).nodes
+    health = next(a for a in audit(app, job_id) if a["kind"] == "health")
+    checks = {c["probe"]: c["status"] for c in health["result"]["checks"]["n2"]}
+    assert checks == {"ecc": "fail", "gpu-health": "unavailable"}  # a missing tool is unknown, not failed
+
+
+def test_the_host_the_log_names_for_a_hardware_fault_is_excluded_when_every_probe_passes(app, client, sched, local,
+                                                                                         tmp_path):
+    job_id, ext, work = failed_job(client, sched, local, tmp_path, XID)
+    app.state.services.db.run(store.set_cluster_control, cluster="c1", actions_enabled=True, actor="admin")
+    ctl = Controller(db=app.state.services.db, rules=load_recovery_rules(), scheduler_for=lambda job: local,
+                     prober=FixedProber([]), health_probes=health_probes(tmp_path))
+    run = ctl.recover(job_id=job_id, actor="test")
+    assert run.status == "done" and run.outcome["health"]["passed"] == ["n2"], run.outcome
+    assert "drained" not in run.outcome and not local.nodes()["n2"].drained
+    assert run.outcome["excluded_unproven"] == ["n2"] and run.outcome["restart"]["exclude"] == ("n2",)
+    info = local.job(ext)
+    assert info.restarts == 1 and "n2" not in info.nodes, info
+    assert json.loads((work / "logdx-restart.json").read_text())["exclude"] == ["n2"]
 
 
 def test_a_loss_spike_rolls_back_before_its_exact_onset_not_the_sampled_one(app, client, sched, local, tmp_path):

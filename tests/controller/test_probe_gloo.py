@@ -58,3 +58,17 @@ def test_sixteen_nodes_with_a_hang_and_corrupt_data():
     with cluster(16, {"node04": "hang", "node13": "corrupt"}) as c:
         report = c.probe()
     assert report.faulty == ["node04", "node13"]
+
+
+def test_every_local_device_takes_part_with_one_rank_per_gpu():
+    # the fault sits on local rank 1 (a node's second GPU): one rank per node never touches it
+    faults = {"node02:1": "corrupt"}
+    with cluster(4, faults) as c:
+        assert c.probe().verdict is Verdict.OK
+    with LocalProbeCluster([f"node{i:02d}" for i in range(4)], timeout_s=TIMEOUT, nbytes=1 << 16,
+                           faults=faults, port=free_port(), per_node=2) as c:
+        c.wait_ready()
+        report = c.probe()
+    assert report.faulty == ["node02"], report.rounds
+    # round 2 pairs node02 (ranks 0, 1) with a good node: its second GPU, rank 1, sent the bad chunk
+    assert "corrupt data from rank 1" in report.rounds[1][0]["error"]

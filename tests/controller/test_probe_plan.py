@@ -8,12 +8,15 @@ import pytest
 from app.controller.probe_plan import GroupResult, Verdict, round1_groups, round2_groups, run_two_rounds, waves
 
 
-def simulate(faulty=(), slow=(), fail_all=False, log=None):
+def simulate(faulty=(), slow=(), fail_all=False, log=None, busy=()):
     def run_batch(round_no, groups):
         if log is not None:
             log.append((round_no, list(groups)))
         out = []
         for g in groups:
+            if any(n in busy for n in g):  # the scheduler never gave the group its nodes
+                out.append(GroupResult(g, False, 0.0, "not run", ran=False))
+                continue
             bad = fail_all or any(n in faulty for n in g)
             out.append(GroupResult(g, not bad, 5.0 if any(n in slow for n in g) else 0.1))
         return out
@@ -107,3 +110,31 @@ def test_two_nodes_with_two_references_take_one_round():
     assert report.faulty == ["a"] and len(log) == 1 and log[0][1] == [("a", "r1"), ("b", "r2")]
     assert run_two_rounds(["a", "b"], simulate(["a", "b"]), reference=["r1", "r2"]).verdict is Verdict.INCONCLUSIVE
     assert run_two_rounds(["a", "b"], simulate(), reference=["r1", "r2"]).verdict is Verdict.OK
+
+
+def test_a_group_that_could_not_run_blames_nobody():
+    # two nodes with references: the busy one is untested, the other passed
+    report = run_two_rounds(["a", "b"], simulate(busy=["b"]), reference=["r1", "r2"])
+    assert (report.verdict, report.faulty, report.untested, report.healthy) == (Verdict.INCONCLUSIVE, [], ["b"], ["a"])
+    # pairs: the busy node's pair is untested, not a failed round 1 with a round 2 that blames it
+    report = run_two_rounds(nodes(6), simulate(busy=["n03"]))
+    assert report.faulty == [] and report.verdict is Verdict.INCONCLUSIVE and report.untested == ["n02", "n03"]
+    assert set(report.healthy) == {"n00", "n01", "n04", "n05"} and len(report.rounds) == 1
+    # a real fault is still found beside a busy node
+    report = run_two_rounds(nodes(6), simulate(faulty=["n00"], busy=["n03"]))
+    assert report.faulty == ["n00"] and report.untested == ["n02", "n03"] and report.verdict is Verdict.FAULTY
+    # nothing could run at all
+    report = run_two_rounds(nodes(4), simulate(busy=nodes(4)))
+    assert report.verdict is Verdict.INCONCLUSIVE and report.faulty == [] and report.untested == nodes(4)
+
+
+def test_a_candidate_whose_round2_group_cannot_run_is_untested():
+    calls = []
+
+    def run_batch(round_no, groups):
+        calls.append(round_no)
+        return [GroupResult(g, ran=round_no == 1, ok=round_no == 1 and "n01" not in g) for g in groups]
+
+    report = run_two_rounds(nodes(4), run_batch)
+    assert report.faulty == [] and report.verdict is Verdict.INCONCLUSIVE
+    assert set(report.untested) == {"n00", "n01"} and report.healthy == ["n02", "n03"]

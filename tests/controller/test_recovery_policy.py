@@ -25,8 +25,16 @@ def prior(fp="f1", step=100, minutes=10, action=RecoveryAction.ISOLATE_AND_RESTA
 def test_hardware_probes_drains_and_requeues():
     plan = plan_recovery(facts(), [], {}, RULES, now=NOW)
     assert plan.action is RecoveryAction.ISOLATE_AND_RESTART and plan.restart
-    assert [s.kind for s in plan.steps] == [StepKind.PROBE, StepKind.DRAIN, StepKind.REQUEUE]
+    assert [s.kind for s in plan.steps] == [StepKind.PROBE, StepKind.HEALTH, StepKind.DRAIN, StepKind.REQUEUE]
     assert plan.steps[0].params["suspects"] == ["n2"]
+    # the health probes run on the host the log names, which stays out of the restart either way
+    assert plan.steps[1].hosts == ("n2",) and plan.steps[-1].params["exclude_named"] == ["n2"]
+
+
+def test_a_collective_failure_probes_but_does_not_exclude_the_hosts_it_names():
+    plan = plan_recovery(facts(ErrorType.NCCLTimeoutError), [], {}, RULES, now=NOW)
+    assert StepKind.HEALTH in [s.kind for s in plan.steps] and "exclude_named" not in plan.steps[-1].params
+    assert StepKind.HEALTH not in [s.kind for s in plan_recovery(facts(suspects=()), [], {}, RULES, now=NOW).steps]
 
 
 def test_script_error_is_never_restarted_and_owner_is_told_with_evidence():

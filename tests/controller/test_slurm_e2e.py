@@ -15,12 +15,13 @@ import pytest
 import yaml
 
 from app.controller import store
-from app.controller.probe_runner import SchedulerProber
+from app.controller.probe_runner import CommandProbeRunner, SchedulerProber
 from app.controller.recovery import RULES_FILE, load_recovery_rules
 from app.controller.schedulers.slurm import SlurmScheduler
 from app.controller.service import Controller
 from tests.controller.ports import free_port
 from tests.controller.slurm_job import write_job
+from tests.controller.health_file import health_probes
 
 CONF = os.environ.get("LOGDX_TEST_SLURM_CONF")
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(
@@ -79,11 +80,11 @@ def report_failure(client, sched, cluster: str, slurm, ext: str, work: Path) -> 
     return job["id"]
 
 
-def controller(app, slurm, faults: str = "", rules=None) -> Controller:
+def controller(app, slurm, faults: str = "", rules=None, health=()) -> Controller:
     prober = SchedulerProber(timeout_s=5, nbytes=1 << 20, port=free_port(),
                              env={"LOGDX_PROBE_FAULTS": faults, "PYTHONPATH": str(Path.cwd())})
     return Controller(db=app.state.services.db, rules=rules or load_recovery_rules(),
-                      scheduler_for=lambda job: slurm, prober=prober)
+                      scheduler_for=lambda job: slurm, prober=prober, health_probes=health)
 
 
 def enable(app, cluster: str) -> None:
@@ -242,3 +243,79 @@ def test_resume_api_resumes_the_slurm_node_and_clears_its_incidents(app, client,
     assert (out["host"], out["incidents_resolved"]) == ("node3", 2) and "DRAIN" in out["state_before"]
     assert not slurm.nodes()["node3"].drained, slurm.nodes()["node3"]
     assert db.run(store.host_failures, cluster=cluster, hosts=["node3"], since=since) == {}
+
+
+@pytest.fixture
+def busy(slurm):
+    """Holds nodes with jobs of an exclusive partition: srun cannot get them while those run."""
+    part = f"excl{uuid.uuid4().hex[:4]}"
+    subprocess.run(["scontrol", "create", f"PartitionName={part}", f"Nodes=node[1-{len(NODES)}]",
+                    "OverSubscribe=EXCLUSIVE", "State=UP"], env=slurm.env, check=True, capture_output=True)
+    held = []
+
+    def hold(node: str) -> str:
+        out = subprocess.run(["sbatch", "--parsable", "-p", part, "--exclusive", "-w", node, "-J", "busy",
+                              "-o", "/dev/null", "--wrap", "sleep 300"],
+                             env=slurm.env, capture_output=True, text=True, check=True)
+        held.append(out.stdout.strip().split(";")[0])
+        deadline = time.monotonic() + 30
+        while slurm.job(held[-1]).state != "RUNNING":
+            assert time.monotonic() < deadline, f"the job holding {node} does not run"
+            time.sleep(0.2)
+        return held[-1]
+
+    yield hold
+    for job in held:
+        subprocess.run(["scancel", job], env=slurm.env, capture_output=True)
+    time.sleep(1)
+    subprocess.run(["scontrol", "delete", f"PartitionName={part}"], env=slurm.env, capture_output=True)
+
+
+def test_a_busy_node_is_not_probed_and_never_drained(app, client, sched, slurm, busy, tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    ext = submit(slurm, tmp_path, "xid", fail_runs=1)
+    assert wait(slurm, ext, restarts=0) == "FAILED"
+    named = slurm.job(ext).nodes[-1]  # the host the Xid line names, healthy
+    busy(named)  # another job got it as soon as the failed job let it go
+    job_id = report_failure(client, sched, cluster, slurm, ext, tmp_path)
+    enable(app, cluster)
+    t0 = time.monotonic()
+    run = controller(app, slurm, health=health_probes(tmp_path)).recover(job_id=job_id, actor="epilog")
+    took = time.monotonic() - t0
+    probe = run.outcome["probe"]
+    assert probe["verdict"] == "unknown" and probe["faulty"] == [] and named in probe["untested"], run.outcome
+    # its health checks could not run either (srun got no allocation): unknown, not failed
+    assert run.outcome["health"]["unknown"] == [named] and run.outcome["health"]["failed"] == [], run.outcome
+    assert "drained" not in run.outcome and not slurm.nodes()[named].drained, run.outcome
+    # the log still names it for an Xid: the restart goes elsewhere
+    assert run.status == "done" and run.outcome["restart"]["exclude"] == (named,), run.outcome
+    assert took < 60, took  # the busy node's allocation waits are bounded, not the probe's timeouts
+    assert wait(slurm, ext, restarts=1) == "COMPLETED"
+    assert named not in slurm.job(ext).nodes
+
+
+def test_the_probe_runs_one_rank_per_gpu_through_srun(slurm):
+    # a fault on each node's second device (local rank 1): invisible with one rank per node
+    env = {"LOGDX_PROBE_FAULTS": "node3:1=corrupt", "PYTHONPATH": str(Path.cwd())}
+    one = CommandProbeRunner(slurm.probe_command, timeout_s=5, nbytes=1 << 16, port=free_port(), env=env)
+    assert one.probe(NODES).verdict.value == "ok"
+    two = CommandProbeRunner(slurm.probe_command, timeout_s=5, nbytes=1 << 16, port=free_port(), env=env,
+                             per_node=2)
+    report = two.probe(NODES)
+    assert report.faulty == ["node3"], report.rounds
+    assert "--ntasks-per-node=2" in slurm.probe_command(["node1", "node2"], ["true"], tasks_per_node=2)
+
+
+def test_a_host_failing_a_health_probe_through_srun_is_drained_though_the_allgather_passed(app, client, sched, slurm,
+                                                                                           tmp_path):
+    cluster = f"slurm-{uuid.uuid4().hex[:6]}"
+    ext = submit(slurm, tmp_path, "xid", fail_runs=1)
+    assert wait(slurm, ext, restarts=0) == "FAILED"
+    named = slurm.job(ext).nodes[-1]
+    job_id = report_failure(client, sched, cluster, slurm, ext, tmp_path)
+    enable(app, cluster)
+    run = controller(app, slurm, health=health_probes(tmp_path, bad=named)).recover(job_id=job_id, actor="epilog")
+    assert run.outcome["probe"]["verdict"] == "ok", run.outcome  # no fault the allgather can see
+    assert run.outcome["health"]["failed"] == [named] and run.outcome["drained"] == [named], run.outcome
+    assert slurm.nodes()[named].drained
+    assert wait(slurm, ext, restarts=1) == "COMPLETED" and named not in slurm.job(ext).nodes

@@ -80,7 +80,8 @@ class Scheduler(Protocol):
 
     def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
         """The command that runs `argv` once on each of `nodes` (srun -N2 -w a,b ...), or None
-        when this scheduler runs probe workers itself (local processes, pods)."""
+        when this scheduler runs probe workers itself (local processes, pods). A scheduler that
+        can run several tasks per node takes `tasks_per_node=G` too (one probe rank per GPU)."""
         ...
 
 
@@ -107,8 +108,8 @@ class RecordingScheduler:
     def requeue(self, job_id: str, *, restart: RestartSpec, delay_s: float = 0.0) -> None:
         self.commands.append({"op": "requeue", "job_id": job_id, "restart": asdict(restart), "delay_s": delay_s})
 
-    def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
-        return self.inner.probe_command(nodes, argv)
+    def probe_command(self, nodes: Sequence[str], argv: Sequence[str], **kwargs) -> list[str] | None:
+        return self.inner.probe_command(nodes, argv, **kwargs)
 
     def stack_dump(self, job_id: str) -> dict[str, str]:
         """Read-only, so a dry run takes the dumps too."""

@@ -38,10 +38,14 @@ def parse_record(line: str) -> dict[str, str]:
 class SlurmScheduler:
     name = "slurm"
 
-    def __init__(self, *, conf: str | None = None, timeout_s: float = 30.0, probe_time_limit: str = "5") -> None:
+    def __init__(self, *, conf: str | None = None, timeout_s: float = 30.0, probe_time_limit: str = "5",
+                 probe_immediate_s: int = 10, probe_args: Sequence[str] = ()) -> None:
         self.env = {**os.environ, **({"SLURM_CONF": conf} if conf else {})}
         self.timeout_s = timeout_s
         self.probe_time_limit = probe_time_limit
+        self.probe_immediate_s = probe_immediate_s
+        # site flags for the probe's srun, e.g. ["--gpus-per-node=8"] where GPUs are a gres
+        self.probe_args = list(probe_args)
 
     def _run(self, *argv: str) -> str:
         try:
@@ -140,7 +144,13 @@ class SlurmScheduler:
                 out[node] = f"no dump: {exc}"
         return out
 
-    def probe_command(self, nodes: Sequence[str], argv: Sequence[str]) -> list[str] | None:
-        return ["srun", "-N", str(len(nodes)), "-w", ",".join(nodes), "--ntasks-per-node=1",
+    def probe_command(self, nodes: Sequence[str], argv: Sequence[str], *, tasks_per_node: int = 1) -> list[str] | None:
+        # --immediate: a node busy with another job (exclusive nodes) cannot be probed now; srun
+        # gives up after that many seconds instead of waiting, and the group did not run
+        # one task per GPU (tasks_per_node); --overcommit: the probe's tasks are light and a node
+        # with fewer CPUs configured than GPUs (or a CPU test cluster) must still run them all
+        return ["srun", "-N", str(len(nodes)), "-w", ",".join(nodes), f"--ntasks-per-node={tasks_per_node}",
+                *(["--overcommit"] if tasks_per_node > 1 else []), *self.probe_args,
+                f"--immediate={self.probe_immediate_s}",
                 "--kill-on-bad-exit=1", "-J", "logdx-probe", f"--time={self.probe_time_limit}",
                 "--export=ALL", *argv]
