@@ -1,0 +1,26 @@
+"""Switches that turn one diagnosis mechanism off, for ablation measurements.
+
+`LOGDX_ABLATE` holds a comma-separated list of mechanism names (e.g.
+`LOGDX_ABLATE=exceptions,signals`); `bench/eval_realworld.py` runs with it set to show what each
+mechanism contributes. Never set in production: every mechanism is on by default.
+
+Known names: `exceptions` (traceback structure and the exception table), `signals`
+(format-free non-finite values and step counters), `catalogs` (emitter-catalog rules),
+`hosts` (suspect-host extraction beyond the failing line).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+
+@lru_cache(maxsize=1)
+def _off() -> frozenset[str]:
+    raw = os.environ.get("LOGDX_ABLATE", "")
+    return frozenset(p.strip() for p in raw.split(",") if p.strip())
+
+
+def enabled(mechanism: str) -> bool:
+    """True unless `mechanism` is listed in LOGDX_ABLATE."""
+    return mechanism not in _off()
