@@ -14,7 +14,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from app.core.fingerprint import mask_text
-from app.db.base import utcnow
+from app.db.base import UTCDateTime, utcnow
 from app.errors import InvalidInput, NotFound
 from app.diagnoses.models import DiagnosisRow
 from app.failures.models import FailureGroupState, GroupState
@@ -41,29 +41,66 @@ class FailureFilter:
     search: str | None = None
 
 
+@dataclass(frozen=True)
+class GroupBadge:
+    """A failure group's decision as shown beside one of its jobs."""
+
+    state: str  # known | fixing | resolved | regressed
+    text: str
+    title: str
+
+
 @dataclass
 class Failure:
+    """A job in the failures list. `diagnosis` is its current (finished) diagnosis; None while
+    the first one is still pending or running (or failed): `pending` is then that newest row."""
+
     job: Job
-    diagnosis: DiagnosisRow
+    diagnosis: DiagnosisRow | None
     label: Label | None  # the newest label of the current diagnosis
+    failed_at: datetime | None = None  # the list's sort key (see failed_at_expr)
+    pending: DiagnosisRow | None = None
+    group_state: GroupBadge | None = None  # the decision about its failure group, when one was made
 
     @property
     def when(self) -> datetime:
-        return self.job.ended_at or self.job.created_at
+        return self.failed_at or self.job.ended_at or self.job.created_at
+
+    @property
+    def when_source(self) -> str:
+        """What `when` is: the scheduler's end time, else the first diagnosis' time."""
+        return "job end" if self.job.ended_at is not None else "first diagnosis"
 
     @property
     def action(self) -> str | None:
-        return ((self.diagnosis.result or {}).get("action") or {}).get("kind")
+        return (((self.diagnosis.result if self.diagnosis else None) or {}).get("action") or {}).get("kind")
 
     @property
     def first_evidence(self) -> str | None:
-        evidence = ((self.diagnosis.result or {}).get("root_cause") or {}).get("evidence") or []
+        result = (self.diagnosis.result if self.diagnosis else None) or {}
+        evidence = (result.get("root_cause") or {}).get("evidence") or []
         return evidence[0]["text"] if evidence else None
 
 
-def _failures_query(flt: FailureFilter):  # noqa: ANN202
+def failed_at_expr():  # noqa: ANN201
+    """When the job failed: the scheduler's end time, else when it was first diagnosed (a
+    re-diagnosis does not move it), else when it was registered."""
+    first = (select(func.min(DiagnosisRow.created_at)).where(DiagnosisRow.job_id == Job.id)
+             .correlate(Job).scalar_subquery())
+    return func.coalesce(Job.ended_at, first, Job.created_at, type_=UTCDateTime())
+
+
+def _failures_query(flt: FailureFilter, *, with_pending: bool = False):  # noqa: ANN202
+    """Jobs with a current diagnosis (and, `with_pending`, jobs whose first diagnosis has not
+    finished: outer-joined, their DiagnosisRow is None)."""
+    if with_pending:
+        base = (select(Job, DiagnosisRow, failed_at_expr().label("failed_at"))
+                .outerjoin(DiagnosisRow, DiagnosisRow.id == Job.diagnosis_id)
+                .where(Job.id.in_(select(DiagnosisRow.job_id))))
+    else:
+        base = select(Job, DiagnosisRow).join(DiagnosisRow, DiagnosisRow.id == Job.diagnosis_id)
     query = filter_jobs(
-        select(Job, DiagnosisRow).join(DiagnosisRow, DiagnosisRow.id == Job.diagnosis_id),
+        base,
         JobFilter(cluster=flt.cluster, error_type=flt.error_type, category=flt.category, host=flt.host,
                   since=flt.since, until=flt.until))
     if flt.fingerprint:
@@ -94,14 +131,22 @@ def _newest_labels(session: Session, diagnosis_ids: list[int]) -> dict[int, Labe
 
 def list_failures(*, session: Session, flt: FailureFilter, limit: int, offset: int,
                   after_id: int | None = None) -> tuple[list[Failure], int]:
-    """Newest first. `after_id` keeps only jobs diagnosed after that diagnosis (live updates)."""
-    query = _failures_query(flt)
+    """Jobs by when they failed, newest first (`failed_at_expr`), those whose diagnosis is still
+    pending included. `after_id` keeps only jobs diagnosed after that diagnosis (live updates)."""
+    query = _failures_query(flt, with_pending=True)
     if after_id is not None:
         query = query.where(DiagnosisRow.id > after_id)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    rows = session.execute(query.order_by(DiagnosisRow.id.desc()).limit(limit).offset(offset)).all()
-    labels = _newest_labels(session, [d.id for _, d in rows])
-    return [Failure(job, diag, labels.get(diag.id)) for job, diag in rows], total
+    rows = session.execute(query.order_by(failed_at_expr().desc(), Job.id.desc()).limit(limit).offset(offset)).all()
+    labels = _newest_labels(session, [d.id for _, d, _ in rows if d is not None])
+    waiting = [job.id for job, d, _ in rows if d is None]
+    pending: dict[int, DiagnosisRow] = {}
+    if waiting:
+        for row in session.scalars(select(DiagnosisRow).where(DiagnosisRow.job_id.in_(waiting))
+                                   .order_by(DiagnosisRow.id)):
+            pending[row.job_id] = row  # the newest one wins
+    return [Failure(job, diag, labels.get(diag.id) if diag else None, failed_at=when, pending=pending.get(job.id))
+            for job, diag, when in rows], total
 
 
 def latest_diagnosis_id(*, session: Session) -> int:

@@ -1,0 +1,149 @@
+"""What an on-call engineer asks of the pages, in a real browser (Debian's chromium, playwright)
+against a live `logdx serve`: the newest failure on top, pending diagnoses shown, one group for one
+failure behind different line prefixes, merged and regressed groups, repeat-offender hosts that
+name the faulty host, search and ranges in the stored raw log.
+
+Each test uses its own cluster name, so the tests of this module share one server and read only
+their own jobs. The server runs no diagnosis worker: a log above the inline size limit stays a
+`pending` diagnosis, as it does while a busy worker has not reached it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.auth.models import TokenRole
+from tests.service.live import REPO, LiveServer, free_port, issue_token
+
+CHROMIUM = Path(os.environ.get("LOGDX_CHROMIUM", "/usr/bin/chromium"))
+SHOTS = REPO / "artifacts" / "ui-oncall"
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+INLINE_LIMIT = 40_000  # bytes: larger logs are queued (and stay pending: no worker runs)
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+if sync_playwright is None or not CHROMIUM.exists():
+    if os.environ.get("LOGDX_REQUIRE_BROWSER") == "1":
+        raise RuntimeError(f"UI tests need playwright and {CHROMIUM} (LOGDX_REQUIRE_BROWSER=1)")
+    pytest.skip(f"needs the playwright package and {CHROMIUM}", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("oncall-data")
+    rules = data / "rules"
+    shutil.copytree(REPO / "rules", rules)
+    env = {"LOGDX_DATA_DIR": str(data), "LOGDX_RULES_DIR": str(rules), "LOGDX_RUN_WORKER": "false",
+           "LOGDX_SYNC_DIAGNOSE_MAX_BYTES": str(INLINE_LIMIT), "LOGDX_DIAGNOSIS_EXECUTOR": "thread"}
+    live = LiveServer(env, port=free_port()).start(timeout=60)
+    url = f"sqlite:///{data / 'logdx.db'}"
+    live.tokens = {role.value: issue_token(url, role, f"{role.value}-oncall") for role in TokenRole}
+    yield live
+    live.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=BROWSER_ARGS)
+        context = chromium.new_context(viewport={"width": 1366, "height": 850})
+        page = context.new_page()
+        page.goto(server.url + "/ui/login")
+        page.get_by_label("API token").fill(server.tokens["admin"])
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("heading", name="Failures")).to_be_visible()
+        page.close()
+        chromium.logdx_context = context
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    errors: list[str] = []
+    tab = browser.logdx_context.new_page()
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield tab
+    tab.close()
+    assert errors == [], f"script errors in the pages: {errors}"
+
+
+def shot(page, name: str) -> None:
+    """Light at the page's width, dark, and a phone's 390 px, for a person to look at."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(SHOTS / f"{name}-light.png"), full_page=True)
+    page.emulate_media(color_scheme="dark")
+    page.screenshot(path=str(SHOTS / f"{name}-dark.png"), full_page=True)
+    page.emulate_media(color_scheme="light")
+    size = page.viewport_size
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(path=str(SHOTS / f"{name}-390px.png"), full_page=True)
+    page.set_viewport_size(size)
+
+
+def ecc_log(prefix: str, *, steps: int = 30) -> bytes:
+    lines = [f"{prefix}iteration {i}/ 1000 | lm loss: 2.{i % 10}E+00 |" for i in range(steps)]
+    lines += [f"{prefix}RuntimeError: CUDA error: uncorrectable ECC error encountered",
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def user_bug_log() -> bytes:
+    return (b"iteration 1/ 100 | lm loss: 2.0E+00 |\n"
+            b"Traceback (most recent call last):\n  File \"train.py\", line 12, in <module>\n"
+            b"    main()\nZeroDivisionError: division by zero\n")
+
+
+def send(server: LiveServer, cluster: str, external_id: str, log: bytes, *, ended_hours_ago: float,
+         hosts: list[str] | None = None, status: int = 200) -> dict:
+    """What a Slurm epilog does: register the job, upload its log, ask for a diagnosis."""
+    headers = {"Authorization": f"Bearer {server.tokens['scheduler']}"}
+    ended = datetime.now(UTC) - timedelta(hours=ended_hours_ago)
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as http:
+        job = http.post("/v1/jobs", json={
+            "cluster": cluster, "external_id": external_id, "user": "oncall", "hosts": hosts or ["gpu-017"],
+            "gpu_count": 8, "started_at": (ended - timedelta(hours=5)).isoformat(), "ended_at": ended.isoformat(),
+            "state": "failed"})
+        assert job.status_code in (200, 201), job.text
+        job = job.json()
+        assert http.put(f"/v1/jobs/{job['id']}/log", content=log).status_code == 201
+        diagnosis = http.post(f"/v1/jobs/{job['id']}/diagnoses")
+        assert diagnosis.status_code == status, diagnosis.text
+        return {"job": job, **diagnosis.json()}
+
+
+def rediagnose(server: LiveServer, job_id: int) -> None:
+    headers = {"Authorization": f"Bearer {server.tokens['scheduler']}"}
+    resp = httpx.post(f"{server.url}/v1/jobs/{job_id}/diagnoses", headers=headers, timeout=60)
+    assert resp.status_code == 200, resp.text
+
+
+def rows(page) -> list[str]:
+    return page.locator("#failures tbody tr td:first-child a").all_inner_texts()
+
+
+def test_failures_are_ordered_by_when_the_job_failed_and_pending_ones_show(server, page):
+    old = send(server, "ord", "old", ecc_log("gpu-017: "), ended_hours_ago=72)
+    send(server, "ord", "three-am", ecc_log("gpu-017: "), ended_hours_ago=1)
+    send(server, "ord", "yesterday", ecc_log("gpu-017: "), ended_hours_ago=24)
+    rediagnose(server, old["job"]["id"])  # a re-diagnosis of an old job does not make it new
+    big = ecc_log("gpu-017: ", steps=2000)
+    assert len(big) > INLINE_LIMIT
+    send(server, "ord", "queued", big, ended_hours_ago=0.5, status=202)
+
+    page.goto(server.url + "/ui/?cluster=ord")
+    assert rows(page) == ["ord/queued", "ord/three-am", "ord/yesterday", "ord/old"]
+    first = page.locator("#failures tbody tr").first
+    expect(first).to_contain_text("pending")
+    expect(page.locator("#failures thead")).to_contain_text("Failed")
+    expect(page.locator("#failures caption")).to_contain_text("when the job failed")
+    shot(page, "failures")
