@@ -80,25 +80,51 @@ def failure_rows(request: Request, services: ServicesDep, _: WebEngineer,
     return response
 
 
+GROUP_STATES = [*(s.value for s in GroupState), "regressed"]
+
+
 @router.get("/groups", response_class=HTMLResponse)
 def groups_page(request: Request, services: ServicesDep, _: WebEngineer, cluster: Q = None,
-                range: Q = None, state: Q = None) -> HTMLResponse:  # noqa: A002
+                range: Q = None, state: Q = None,  # noqa: A002
+                offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0) -> HTMLResponse:
     range_key, since = since_of(range, "all")
-    state = opt(state) if opt(state) in {s.value for s in GroupState} else None
+    state = opt(state) if opt(state) in GROUP_STATES else None
     with services.db.transaction() as session:
         groups = failures.list_groups(session=session, cluster=opt(cluster), since=since, state=state)
         choices = failures.filter_choices(session=session)
-    return page(request, "groups.html", groups=groups, choices=choices, cluster=opt(cluster),
-                range_key=range_key, state=state, states=[s.value for s in GroupState])
+    params = {k: v for k, v in {"cluster": opt(cluster), "range": range_key if range_key != "all" else None,
+                                "state": state}.items() if v}
+    return page(request, "groups.html", groups=groups[offset:offset + PAGE_SIZE], total=len(groups), offset=offset,
+                page_size=PAGE_SIZE, query=urlencode(params), choices=choices, cluster=opt(cluster),
+                range_key=range_key, state=state, states=[s.value for s in GroupState], filter_states=GROUP_STATES,
+                merged=request.query_params.get("merged"))
 
 
 @router.post("/groups/{fingerprint}/state")
 def set_group_state(fingerprint: str, services: ServicesDep, user: WebEngineer,
                     state: Annotated[GroupState, Form()],
-                    note: Annotated[str | None, Form(max_length=2000)] = None) -> RedirectResponse:
+                    note: Annotated[str | None, Form(max_length=2000)] = None,
+                    assignee: Annotated[str | None, Form(max_length=128)] = None,
+                    ticket: Annotated[str | None, Form(max_length=2000)] = None) -> RedirectResponse:
     with services.db.transaction() as session:
         failures.set_group_state(session=session, fingerprint=fingerprint, state=state, note=opt(note),
-                                 updated_by=user.principal.name)
+                                 updated_by=user.principal.name, assignee=opt(assignee), ticket=opt(ticket))
+    return RedirectResponse(f"{PREFIX}/groups#g-{fingerprint}", status_code=303)
+
+
+@router.post("/groups/{fingerprint}/merge")
+def merge_group(fingerprint: str, services: ServicesDep, user: WebEngineer,
+                into: Annotated[str, Form(max_length=64)]) -> RedirectResponse:
+    with services.db.transaction() as session:
+        home = failures.merge_group(session=session, fingerprint=fingerprint, into=into.strip().lower(),
+                                    updated_by=user.principal.name)
+    return RedirectResponse(f"{PREFIX}/groups?merged={fingerprint}#g-{home}", status_code=303)
+
+
+@router.post("/groups/{fingerprint}/unmerge")
+def unmerge_group(fingerprint: str, services: ServicesDep, user: WebEngineer) -> RedirectResponse:
+    with services.db.transaction() as session:
+        failures.unmerge_group(session=session, fingerprint=fingerprint, updated_by=user.principal.name)
     return RedirectResponse(f"{PREFIX}/groups#g-{fingerprint}", status_code=303)
 
 
@@ -107,6 +133,14 @@ def job_detail(request: Request, job_id: ObjectId, services: ServicesDep, _: Web
                diagnosis: Annotated[int | None, Query(ge=1, le=2_147_483_647)] = None) -> HTMLResponse:
     with services.db.transaction() as session:
         data = job_page(session=session, job_id=job_id, diagnosis_id=diagnosis)
+        shown = next((r for r in data.diagnoses if data.current and r.id == data.current.id), None)
+        fp = shown.fingerprint if shown is not None and shown.status == "done" else None
+        group = similar = None
+        group_jobs = 0
+        if fp:
+            found = failures.list_groups(session=session, fingerprint=fp)
+            group = found[0] if found else None
+            similar, group_jobs = failures.similar_failures(session=session, fingerprint=fp, job_id=job_id)
     result = (data.current.diagnosis if data.current else None) or {}
     view = logview.build(redact(data.compressed.text), result) if data.compressed else None
     evidence = (result.get("root_cause") or {}).get("evidence") or []
@@ -118,7 +152,8 @@ def job_detail(request: Request, job_id: ObjectId, services: ServicesDep, _: Web
     return page(request, "job.html", data=data, job=data.job, current=data.current, result=result, view=view,
                 charts=charts, saved=request.query_params.get("saved"),
                 probes=[probe_view(p) for p in data.probes],
-                recoveries=[run_view(r, data.actions) for r in reversed(data.recoveries)])
+                recoveries=[run_view(r, data.actions) for r in reversed(data.recoveries)],
+                group=group, similar=similar or [], group_jobs=group_jobs)
 
 
 @router.post("/jobs/{job_id}/label")

@@ -147,3 +147,66 @@ def test_failures_are_ordered_by_when_the_job_failed_and_pending_ones_show(serve
     expect(page.locator("#failures thead")).to_contain_text("Failed")
     expect(page.locator("#failures caption")).to_contain_text("when the job failed")
     shot(page, "failures")
+
+
+PREFIXES = ["[rank3]:[E1204 03:00:01.123456 4242 ProcessGroupNCCL.cpp:1] ",
+            "2026-12-04 03:00:01,123 gpu-017 [rank 3] ",
+            "gpu-017:4242:4301 [3] "]
+
+
+def group_rows(page, cluster: str):
+    page.goto(f"{page.url.split('/ui/')[0]}/ui/groups?cluster={cluster}")
+    return page.locator("table.groups tbody tr")
+
+
+def test_one_failure_is_one_group_merged_regressed_and_shown_on_the_job(server, page):
+    for n, prefix in enumerate(PREFIXES):
+        send(server, "grp", f"ecc-{n}", ecc_log(prefix), ended_hours_ago=10 - n)
+    page.goto(server.url + "/ui/")
+    groups = group_rows(page, "grp")
+    expect(groups).to_have_count(1)  # one ECC error on one host by one rule, behind three prefixes
+    expect(groups.first.locator("td.num").first).to_have_text("3")
+    main_fp = groups.first.get_attribute("id").removeprefix("g-")
+
+    # the same fault worded a little differently: its own group until an engineer merges it
+    other = ecc_log("gpu-017: ").replace(b"encountered\n", b"encountered (page retirement pending)\n")
+    send(server, "grp", "ecc-variant", other, ended_hours_ago=6)
+    groups = group_rows(page, "grp")
+    expect(groups).to_have_count(2)
+    variant = groups.filter(has_not=page.locator(f"#g-{main_fp}")).filter(has_text="page retirement")
+    variant.get_by_label("Merge into").fill(main_fp)
+    variant.get_by_role("button", name="Merge").click()
+    groups = page.locator("table.groups tbody tr")
+    expect(groups).to_have_count(1)
+    expect(groups.first.locator("td.num").first).to_have_text("4")
+    expect(groups.first).to_contain_text("merged")
+
+    # resolved, with an RMA ticket and an owner
+    row = groups.first
+    row.get_by_label(f"State of group {main_fp}").select_option("resolved")
+    row.get_by_label(f"Note for group {main_fp}").fill("known: RMA of gpu-017 GPU 3")
+    row.get_by_label(f"Ticket for group {main_fp}").fill("https://tickets.example/RMA-77")
+    row.get_by_label(f"Assignee of group {main_fp}").fill("alice")
+    row.get_by_role("button", name="Save").click()
+    expect(page.locator(f"#g-{main_fp}")).to_contain_text("resolved")
+    expect(page.locator(f"#g-{main_fp}")).not_to_contain_text("regressed")
+
+    # ... and it happens again: regressed, in the list and on the job page
+    again = send(server, "grp", "ecc-again", ecc_log("[default3]:"), ended_hours_ago=0)
+    group = group_rows(page, "grp").first
+    expect(group.locator(".group-state")).to_have_text("regressed")
+    shot(page, "groups")
+    page.goto(server.url + "/ui/?cluster=grp")
+    expect(page.locator("#failures tbody tr").first.locator(".group-state")).to_have_text("regressed")
+    expect(page.locator("#failures tbody tr").nth(1).locator(".group-state")).to_have_text("resolved")
+    page.goto(f"{server.url}/ui/jobs/{again['job']['id']}")
+    box = page.locator("#group")
+    expect(box).to_contain_text("regressed")
+    expect(box).to_contain_text("known: RMA of gpu-017 GPU 3")
+    expect(box).to_contain_text("alice")
+    expect(box.get_by_role("link", name="https://tickets.example/RMA-77")).to_have_attribute(
+        "href", "https://tickets.example/RMA-77")
+    similar = page.locator("#similar li")
+    expect(similar).to_have_count(4)  # the other jobs of the group, merged one included
+    box.get_by_role("link", name="all 5 jobs of this group").click()
+    assert rows(page)[0] == "grp/ecc-again" and len(rows(page)) == 5
