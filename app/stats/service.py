@@ -9,6 +9,8 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.core.types import Category
+from app.diagnoses.models import DiagnosisRow
 from app.jobs.models import Job, JobHost, JobState
 from app.jobs.service import JobFilter, filtered_jobs_query
 from app.stats.schemas import Bucket, StatsOut
@@ -61,6 +63,22 @@ def period_key(when: datetime, interval: str) -> str:
     return when.strftime("%Y-%m")
 
 
+def _suspect_hosts(session: Session, jobs: list[Job]) -> dict[int, list[str]]:
+    """job id -> the hosts its current diagnosis names as suspects."""
+    out: dict[int, list[str]] = {}
+    ids = {j.diagnosis_id: j for j in jobs if j.diagnosis_id}
+    keys = list(ids)
+    for start in range(0, len(keys), 500):
+        for diag_id, result in session.execute(select(DiagnosisRow.id, DiagnosisRow.result)
+                                               .where(DiagnosisRow.id.in_(keys[start:start + 500]))):
+            job = ids[diag_id]
+            named = ((result or {}).get("action") or {}).get("suspect_hosts") or []
+            hosts = [h for h in dict.fromkeys(named) if isinstance(h, str) and h]
+            if hosts:
+                out[job.id] = hosts
+    return out
+
+
 def failure_stats(*, session: Session, since: datetime | None, until: datetime | None,
                   cluster: str | None, host_limit: int = 100, interval: str | None = None) -> StatsOut:
     flt = JobFilter(cluster=cluster, since=since, until=until)
@@ -79,6 +97,8 @@ def failure_stats(*, session: Session, since: datetime | None, until: datetime |
     by_cluster: dict[str, _Acc] = defaultdict(_Acc)
     by_host: dict[str, _Acc] = defaultdict(_Acc)
     by_period: dict[str, _Acc] = defaultdict(_Acc)
+    by_suspect: dict[str, _Acc] = defaultdict(_Acc)
+    suspects_of = _suspect_hosts(session, [j for j in jobs if j.category == Category.INFRASTRUCTURE.value])
     total_hours, no_duration = 0.0, 0
     for job in jobs:
         hours = _gpu_hours(job)
@@ -94,6 +114,9 @@ def failure_stats(*, session: Session, since: datetime | None, until: datetime |
         hosts = hosts_of.get(job.id, [])
         for host in hosts:
             by_host[host].add(hours, job.error_type, None, share=1.0 / len(hosts))
+        suspects = suspects_of.get(job.id, [])
+        for host in suspects:
+            by_suspect[host].add(hours, job.error_type, None, share=1.0 / len(suspects))
     n = len(jobs)
     return StatsOut(
         since=since, until=until, cluster=cluster, failed_jobs=n, gpu_hours=round(total_hours, 3),
@@ -103,4 +126,6 @@ def failure_stats(*, session: Session, since: datetime | None, until: datetime |
                      _buckets(by_cat, n, total_hours, with_types=True)],
         by_cluster=_buckets(by_cluster, n, total_hours, with_types=True),
         by_host=_buckets(by_host, n, total_hours, with_types=True, limit=host_limit),
+        by_suspect_host=sorted(_buckets(by_suspect, n, total_hours, with_types=True),
+                               key=lambda b: (-b.failed_jobs, -b.gpu_hours, b.key))[:host_limit],
         by_period=sorted(_buckets(by_period, n, total_hours, with_types=True), key=lambda b: b.key))

@@ -206,8 +206,7 @@ def stats_page(request: Request, services: ServicesDep, _: WebEngineer, cluster:
         choices = failures.filter_choices(session=session)
     return page(request, "stats.html", stats=data, agreement=agreement, choices=choices, cluster=opt(cluster),
                 range_key=range_key, since=opt(since), until=opt(until), interval=interval,
-                repeat_hosts=sorted((b for b in data.by_host if b.failed_jobs >= 2),
-                                    key=lambda b: (-b.failed_jobs, -b.gpu_hours)),
+                repeat_hosts=[b for b in data.by_suspect_host if b.failed_jobs >= 2],
                 trend=_with_empty_days([(b.key, b.gpu_hours) for b in data.by_period], interval),
                 trend_jobs=[(b.key, b.gpu_hours, b.failed_jobs) for b in data.by_period])
 

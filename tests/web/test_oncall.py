@@ -210,3 +210,19 @@ def test_one_failure_is_one_group_merged_regressed_and_shown_on_the_job(server, 
     expect(similar).to_have_count(4)  # the other jobs of the group, merged one included
     box.get_by_role("link", name="all 5 jobs of this group").click()
     assert rows(page)[0] == "grp/ecc-again" and len(rows(page)) == 5
+
+
+def test_repeat_offender_hosts_are_the_hosts_infrastructure_failures_name(server, page):
+    busy = ["gpu-busy1", "gpu-busy2"]
+    for n in range(2):  # the faulty node, named by the ECC error in the log
+        send(server, "hosts", f"ecc-{n}", ecc_log("gpu-bad: "), ended_hours_ago=5 + n, hosts=["gpu-bad", *busy])
+    for n in range(4):  # user-code bugs on the busiest nodes: not the nodes' fault
+        send(server, "hosts", f"bug-{n}", user_bug_log(), ended_hours_ago=1 + n, hosts=busy)
+    page.goto(server.url + "/ui/stats?cluster=hosts&range=all")
+    table = page.locator("#repeat-hosts tbody tr")
+    expect(table).to_have_count(1)
+    expect(table.first.locator("td").first).to_have_text("gpu-bad")
+    expect(table.first).to_contain_text("ECCError ×2")
+    expect(page.locator("#h-hosts ~ p.help, section[aria-labelledby=h-hosts] p.help").first).to_contain_text(
+        "infrastructure")
+    shot(page, "stats")
