@@ -153,6 +153,14 @@ def list_failures(*, session: Session, flt: FailureFilter, limit: int, offset: i
     return items, total
 
 
+def job_title(*, session: Session, job_id: int) -> str:
+    """`cluster/external id` of a job (404 for an unknown one)."""
+    from app.jobs.service import get_job
+
+    job = get_job(session=session, job_id=job_id)
+    return f"{job.cluster}/{job.external_id}"
+
+
 def latest_diagnosis_id(*, session: Session) -> int:
     return session.scalar(select(func.max(Job.diagnosis_id))) or 0
 

@@ -3,7 +3,8 @@ query, calls services (`app.failures`, `app.stats`, `app.labels`, ...) and rende
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -23,7 +24,9 @@ from app.failures.models import GroupState
 from app.labels import service as labels
 from app.labels.models import Verdict
 from app.labels.schemas import LabelCreate
+from app.logs import reader
 from app.logs import service as logs
+from app.logs.models import JobLog
 from app.schemas_common import ObjectId
 from app.stats import service as stats
 from app.web import logview
@@ -149,11 +152,36 @@ def job_detail(request: Request, job_id: ObjectId, services: ServicesDep, _: Web
                            last_progress_line=progress.get("line"),
                            failure_line=evidence[0]["line"] if evidence else None,
                            evidence_lines={e["line"] for e in evidence})
+    incident = incident_summary(data.job, result, group, str(request.base_url).rstrip("/"))
     return page(request, "job.html", data=data, job=data.job, current=data.current, result=result, view=view,
+                incident=incident,
                 charts=charts, saved=request.query_params.get("saved"),
                 probes=[probe_view(p) for p in data.probes],
                 recoveries=[run_view(r, data.actions) for r in reversed(data.recoveries)],
                 group=group, similar=similar or [], group_jobs=group_jobs)
+
+
+def incident_summary(job, result: dict, group, base_url: str) -> str:  # noqa: ANN001
+    """A few lines to paste into the incident channel: what failed, when, why, what to do, where."""
+    rc = result.get("root_cause") or {}
+    action = result.get("action") or {}
+    when = job.ended_at or job.created_at
+    head = f"{job.cluster}/{job.external_id} failed {when.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    lines = [head + (f": {rc['error_type']} ({rc.get('category')}), confidence {rc.get('confidence', 0):.2f}"
+                     if rc.get("error_type") else ": not diagnosed yet")]
+    if action.get("kind"):
+        suspects = ", ".join(action.get("suspect_hosts") or [])
+        lines.append(f"Action: {action['kind'].replace('_', ' ')}" + (f"; suspect hosts {suspects}" if suspects else "")
+                     + (f". {action['reason']}" if action.get("reason") else ""))
+    evidence = rc.get("evidence") or []
+    if evidence:
+        lines.append(f"Evidence, line {evidence[0]['line']}: {evidence[0]['text'][:300]}")
+    if group is not None:
+        lines.append(f"Failure group {group.fingerprint}: {group.shown_state}, {group.jobs} jobs"
+                     + (f", {group.note}" if group.note else "") + (f", {group.ticket}" if group.ticket else "")
+                     + (f", assigned to {group.assignee}" if group.assignee else ""))
+    lines.append(f"Job: {base_url}/ui/jobs/{job.id}")
+    return redact("\n".join(lines))
 
 
 @router.post("/jobs/{job_id}/label")
@@ -183,13 +211,53 @@ def label_job(job_id: ObjectId, services: ServicesDep, user: WebEngineer, backgr
     return RedirectResponse(f"{PREFIX}/jobs/{job_id}?diagnosis={diagnosis_id}&saved=1#label", status_code=303)
 
 
-@router.get("/jobs/{job_id}/log/raw")
-def download_raw(job_id: ObjectId, services: ServicesDep, _: WebEngineer) -> FileResponse:
+_EXTENSION = {"gzip": ".log.gz", "zstd": ".log.zst"}
+
+
+def _raw_log(services, job_id: int) -> tuple[Path, int, str | None]:  # noqa: ANN001
+    """The stored bytes of the job's current log: path, log id, encoding."""
     sha, log_id, _status = services.db.run(logs.raw_location, job_id=job_id, attempt=None)
     path = services.store.blob_path(sha) if sha else services.store.part_path(log_id)
     if not path.exists():
         raise NotFound(f"the bytes of log {log_id} are not on disk", detail={"log_id": log_id})
-    return FileResponse(path, media_type="application/octet-stream", filename=f"job-{job_id}-log-{log_id}")
+    encoding = services.db.run(lambda session: session.get(JobLog, log_id).encoding)
+    return path, log_id, encoding
+
+
+@router.get("/jobs/{job_id}/log/raw")
+def download_raw(job_id: ObjectId, services: ServicesDep, _: WebEngineer) -> FileResponse:
+    path, log_id, encoding = _raw_log(services, job_id)
+    return FileResponse(path, media_type="application/octet-stream",
+                        filename=f"job-{job_id}-log-{log_id}{_EXTENSION.get(encoding or '', '.log')}")
+
+
+@router.get("/jobs/{job_id}/log", response_class=HTMLResponse)
+def raw_log_page(request: Request, job_id: ObjectId, services: ServicesDep, _: WebEngineer, q: Q = None,
+                 rank: Q = None, host: Q = None,
+                 around: Annotated[int | None, Query(ge=1, le=2_147_483_647)] = None,
+                 context: Annotated[int, Query(ge=1, le=1000)] = 40) -> HTMLResponse:
+    """The stored raw log: a search (literal, with a rank/host filter) and the lines around one
+    line, both streamed from the blob (`app.logs.reader`)."""
+    job = services.db.run(lambda session: failures.job_title(session=session, job_id=job_id))
+    path, log_id, encoding = _raw_log(services, job_id)
+    q, host = opt(q), opt(host)
+    if opt(rank) is not None and not (opt(rank).isdigit() and len(opt(rank)) <= 8):
+        raise InvalidInput(f"rank must be a whole number (0 or more), not {opt(rank)[:20]!r}")
+    rank = int(opt(rank)) if opt(rank) is not None else None
+    found = reader.search(path, q, rank=rank, host=host) if (q or rank is not None or host) else None
+    params = {k: v for k, v in {"q": q, "rank": rank, "host": host}.items() if v is not None}
+    shown = more = None
+    previous = following = None
+    if around is not None:
+        shown, more = reader.lines(path, around - context, around + context)
+        if found is not None:
+            numbers = [m.number for m in found.matches]
+            previous = max((n for n in numbers if n < around), default=None)
+            following = min((n for n in numbers if n > around), default=None)
+    return page(request, "log.html", job=job, job_id=job_id, log_id=log_id, encoding=encoding, q=q, rank=rank,
+                host=host, found=found, matched={m.number for m in found.matches} if found else set(),
+                shown=shown, more=more, around=around, context=context, previous=previous, following=following,
+                query=urlencode(params), needle=(q or "").lower())
 
 
 @router.get("/stats", response_class=HTMLResponse)

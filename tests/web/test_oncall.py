@@ -10,6 +10,7 @@ their own jobs. The server runs no diagnosis worker: a log above the inline size
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -226,3 +227,69 @@ def test_repeat_offender_hosts_are_the_hosts_infrastructure_failures_name(server
     expect(page.locator("#h-hosts ~ p.help, section[aria-labelledby=h-hosts] p.help").first).to_contain_text(
         "infrastructure")
     shot(page, "stats")
+
+
+def ranked_log() -> bytes:
+    lines = [f"[rank{i % 4}]: iteration {i}/ 1000 | lm loss: 2.{i % 10}E+00 | lr 1e-4" for i in range(1, 61)]
+    lines += ["[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_search_and_read_the_stored_raw_log(server, page, browser):
+    job = send(server, "logs", "search", ranked_log(), ended_hours_ago=2)
+    job_id = job["job"]["id"]
+    headers = {"Authorization": f"Bearer {server.tokens['engineer']}"}
+    compressed = httpx.get(f"{server.url}/v1/diagnoses/{job['id']}/compressed", headers=headers).text
+    assert "iteration 17/" not in compressed  # the compressed view dropped it
+
+    page.goto(f"{server.url}/ui/jobs/{job_id}")
+    form = page.locator("form#log-search")
+    form.get_by_label("Search the raw log").fill("iteration 17/")
+    form.get_by_role("button", name="Search").click()
+    expect(page.locator("#match-count")).to_have_text("1 matching line")
+    page.locator("#matches a").first.click()  # the raw lines around it, the match marked
+    line = page.locator("#L17")
+    expect(line).to_have_class(re.compile(r"\bmatch\b"))
+    expect(line).to_contain_text("[rank1]: iteration 17/ 1000")
+    expect(page.locator(".rawlines .rl")).to_have_count(57)  # 40 lines either side, clipped at line 1
+    permalink = page.locator("#L17 a.no").get_attribute("href")
+    assert permalink.endswith("around=17#L17") and "q=" not in permalink.split("around")[0].split("?")[0]
+    shot(page, "log-range")
+
+    # filter by rank; next/previous match
+    page.goto(f"{server.url}/ui/jobs/{job_id}/log?q=iteration&rank=3")
+    expect(page.locator("#match-count")).to_have_text("15 matching lines")
+    page.locator("#matches a").first.click()
+    expect(page.locator(".rl.current")).to_have_id("L3")
+    page.get_by_role("link", name="Next match").click()
+    expect(page.locator(".rl.current")).to_have_id("L7")
+    page.get_by_role("link", name="Previous match").click()
+    expect(page.locator(".rl.current")).to_have_id("L3")
+    shot(page, "log-search")
+
+    # the download has a file name a desktop opens, and the copy buttons copy
+    page.goto(f"{server.url}/ui/jobs/{job_id}")
+    download = page.request.get(server.url + page.locator("a#download-raw").get_attribute("href"))
+    assert download.ok and download.headers["content-disposition"].endswith('.log"')
+    browser.logdx_context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page.get_by_role("button", name="Copy incident summary").click()
+    summary = page.evaluate("navigator.clipboard.readText()")
+    assert "logs/search" in summary and "ECCError" in summary and f"/ui/jobs/{job_id}" in summary
+    page.locator("#evidence li").first.get_by_role("button", name="Copy", exact=True).click()
+    assert page.evaluate("navigator.clipboard.readText()") == "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    page.get_by_role("button", name="Copy link to line 61").click()
+    assert page.evaluate("navigator.clipboard.readText()").endswith(f"/ui/jobs/{job_id}/log?around=61#L61")
+    shot(page, "job")
+
+
+def test_the_log_pages_work_without_javascript(server, browser):
+    job = send(server, "logs", "nojs", ranked_log(), ended_hours_ago=3)
+    context = browser.new_context(java_script_enabled=False, storage_state=browser.logdx_context.storage_state())
+    page = context.new_page()
+    page.goto(f"{server.url}/ui/jobs/{job['job']['id']}")
+    expect(page.locator("textarea#incident-summary")).to_contain_text("ECCError")
+    page.locator("form#log-search").get_by_label("Search the raw log").fill("ECC")
+    page.locator("form#log-search").get_by_role("button", name="Search").click()
+    expect(page.locator("#match-count")).to_have_text("1 matching line")
+    context.close()

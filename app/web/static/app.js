@@ -72,7 +72,8 @@
           holder.innerHTML = html;
           var added = 0;
           Array.from(holder.rows).reverse().forEach(function (row) {
-            var dup = tbody.querySelector('tr[data-diagnosis="' + row.dataset.diagnosis + '"]');
+            // one row per job: a job whose diagnosis was pending is replaced by its diagnosed row
+            var dup = tbody.querySelector('tr[data-href="' + row.dataset.href + '"]');
             if (dup) dup.remove();
             tbody.insertBefore(row, tbody.firstChild); added++;
           });
@@ -82,4 +83,18 @@
     };
     setInterval(poll, parseInt(table.dataset.interval || "5000", 10));
   }
+  // Copy buttons: shown only with this script (without it the text is on the page to select).
+  document.querySelectorAll("[data-copy], [data-copy-url], [data-copy-from]").forEach(function (btn) {
+    btn.hidden = false;
+    btn.addEventListener("click", function () {
+      var text = btn.dataset.copy;
+      if (btn.dataset.copyUrl) text = new URL(btn.dataset.copyUrl, window.location.href).href;
+      if (btn.dataset.copyFrom) text = document.getElementById(btn.dataset.copyFrom).value;
+      var label = btn.textContent;
+      var done = function (msg) { btn.textContent = msg; setTimeout(function () { btn.textContent = label; }, 1500); };
+      if (navigator.clipboard && navigator.clipboard.writeText) {
+        navigator.clipboard.writeText(text).then(function () { done("Copied"); }, function () { done("Copy failed: select the text"); });
+      } else { done("Copy failed: select the text"); }
+    });
+  });
 })();
