@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, BackgroundTasks, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
@@ -103,37 +103,47 @@ def groups_page(request: Request, services: ServicesDep, _: WebEngineer, cluster
                 merged=request.query_params.get("merged"))
 
 
+def _back(query: str | None, **extra: str) -> str:
+    """The groups page's filters the form came from (only its own keys), plus `extra`."""
+    keep = {k: v for k, v in parse_qsl(query or "") if k in ("cluster", "range", "state", "offset")}
+    return urlencode({**keep, **extra})
+
+
 @router.post("/groups/{fingerprint}/state")
 def set_group_state(fingerprint: str, services: ServicesDep, user: WebEngineer,
                     state: Annotated[GroupState, Form()],
                     note: Annotated[str | None, Form(max_length=2000)] = None,
                     assignee: Annotated[str | None, Form(max_length=128)] = None,
-                    ticket: Annotated[str | None, Form(max_length=2000)] = None) -> RedirectResponse:
+                    ticket: Annotated[str | None, Form(max_length=2000)] = None,
+                    back: Annotated[str | None, Form(max_length=1000)] = None) -> RedirectResponse:
     with services.db.transaction() as session:
         failures.set_group_state(session=session, fingerprint=fingerprint, state=state, note=opt(note),
                                  updated_by=user.principal.name, assignee=opt(assignee), ticket=opt(ticket))
-    return RedirectResponse(f"{PREFIX}/groups#g-{fingerprint}", status_code=303)
+    return RedirectResponse(f"{PREFIX}/groups?{_back(back)}#g-{fingerprint}", status_code=303)
 
 
 @router.post("/groups/{fingerprint}/merge")
 def merge_group(fingerprint: str, services: ServicesDep, user: WebEngineer,
-                into: Annotated[str, Form(max_length=64)]) -> RedirectResponse:
+                into: Annotated[str, Form(max_length=64)],
+                back: Annotated[str | None, Form(max_length=1000)] = None) -> RedirectResponse:
     with services.db.transaction() as session:
         home = failures.merge_group(session=session, fingerprint=fingerprint, into=into.strip().lower(),
                                     updated_by=user.principal.name)
-    return RedirectResponse(f"{PREFIX}/groups?merged={fingerprint}#g-{home}", status_code=303)
+    return RedirectResponse(f"{PREFIX}/groups?{_back(back, merged=fingerprint)}#g-{home}", status_code=303)
 
 
 @router.post("/groups/{fingerprint}/unmerge")
-def unmerge_group(fingerprint: str, services: ServicesDep, user: WebEngineer) -> RedirectResponse:
+def unmerge_group(fingerprint: str, services: ServicesDep, user: WebEngineer,
+                  back: Annotated[str | None, Form(max_length=1000)] = None) -> RedirectResponse:
     with services.db.transaction() as session:
         failures.unmerge_group(session=session, fingerprint=fingerprint, updated_by=user.principal.name)
-    return RedirectResponse(f"{PREFIX}/groups#g-{fingerprint}", status_code=303)
+    return RedirectResponse(f"{PREFIX}/groups?{_back(back)}#g-{fingerprint}", status_code=303)
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_detail(request: Request, job_id: ObjectId, services: ServicesDep, _: WebEngineer,
-               diagnosis: Annotated[int | None, Query(ge=1, le=2_147_483_647)] = None) -> HTMLResponse:
+               diagnosis: Annotated[int | None, Query(ge=1, le=2_147_483_647)] = None,
+               zoom: Q = None) -> HTMLResponse:
     with services.db.transaction() as session:
         data = job_page(session=session, job_id=job_id, diagnosis_id=diagnosis)
         shown = next((r for r in data.diagnoses if data.current and r.id == data.current.id), None)
@@ -148,17 +158,28 @@ def job_detail(request: Request, job_id: ObjectId, services: ServicesDep, _: Web
     view = logview.build(redact(data.compressed.text), result) if data.compressed else None
     evidence = (result.get("root_cause") or {}).get("evidence") or []
     progress = result.get("last_progress") or {}
+    window = _zoom(zoom)
     charts = metric_charts(data.compressed.metrics if data.compressed else None,
                            last_progress_line=progress.get("line"),
                            failure_line=evidence[0]["line"] if evidence else None,
-                           evidence_lines={e["line"] for e in evidence})
+                           evidence_lines={e["line"] for e in evidence},
+                           root_cause=result.get("root_cause") or {}, zoom=window)
     incident = incident_summary(data.job, result, group, str(request.base_url).rstrip("/"))
     return page(request, "job.html", data=data, job=data.job, current=data.current, result=result, view=view,
                 incident=incident,
-                charts=charts, saved=request.query_params.get("saved"),
+                charts=charts, zoom=window, saved=request.query_params.get("saved"),
                 probes=[probe_view(p) for p in data.probes],
                 recoveries=[run_view(r, data.actions) for r in reversed(data.recoveries)],
                 group=group, similar=similar or [], group_jobs=group_jobs)
+
+
+def _zoom(value: str | None) -> tuple[float, float] | None:
+    """`a:b` (an x window of the charts, in steps or lines) or None (a malformed one is ignored)."""
+    try:
+        a, b = (float(v) for v in (value or "").split(":"))
+    except ValueError:
+        return None
+    return (min(a, b), max(a, b)) if a != b else None
 
 
 def incident_summary(job, result: dict, group, base_url: str) -> str:  # noqa: ANN001

@@ -24,7 +24,7 @@ from tests.service.live import REPO, LiveServer, free_port, issue_token
 CHROMIUM = Path(os.environ.get("LOGDX_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = REPO / "artifacts" / "ui-oncall"
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
-INLINE_LIMIT = 40_000  # bytes: larger logs are queued (and stay pending: no worker runs)
+INLINE_LIMIT = 100_000  # bytes: larger logs are queued (and stay pending: no worker runs)
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -137,7 +137,7 @@ def test_failures_are_ordered_by_when_the_job_failed_and_pending_ones_show(serve
     send(server, "ord", "three-am", ecc_log("gpu-017: "), ended_hours_ago=1)
     send(server, "ord", "yesterday", ecc_log("gpu-017: "), ended_hours_ago=24)
     rediagnose(server, old["job"]["id"])  # a re-diagnosis of an old job does not make it new
-    big = ecc_log("gpu-017: ", steps=2000)
+    big = ecc_log("gpu-017: ", steps=4000)
     assert len(big) > INLINE_LIMIT
     send(server, "ord", "queued", big, ended_hours_ago=0.5, status=202)
 
@@ -207,10 +207,12 @@ def test_one_failure_is_one_group_merged_regressed_and_shown_on_the_job(server, 
     expect(box).to_contain_text("alice")
     expect(box.get_by_role("link", name="https://tickets.example/RMA-77")).to_have_attribute(
         "href", "https://tickets.example/RMA-77")
-    similar = page.locator("#similar li")
-    expect(similar).to_have_count(4)  # the other jobs of the group, merged one included
-    box.get_by_role("link", name="all 5 jobs of this group").click()
-    assert rows(page)[0] == "grp/ecc-again" and len(rows(page)) == 5
+    # the other jobs of the group, newest first, the merged one's included; the group spans clusters
+    # (the same ECC error of the first test's cluster is in it too)
+    similar = page.locator("#similar li a")
+    expect(similar).to_have_text(["ord/three-am", "grp/ecc-variant", "grp/ecc-2", "grp/ecc-1", "grp/ecc-0"])
+    box.get_by_role("link", name="all 8 jobs of this group").click()
+    assert rows(page)[0] == "grp/ecc-again" and len(rows(page)) == 8
 
 
 def test_repeat_offender_hosts_are_the_hosts_infrastructure_failures_name(server, page):
@@ -293,3 +295,49 @@ def test_the_log_pages_work_without_javascript(server, browser):
     page.locator("form#log-search").get_by_role("button", name="Search").click()
     expect(page.locator("#match-count")).to_have_text("1 matching line")
     context.close()
+
+
+def megatron_log(steps: int = 300, spike: range = range(200, 230), nan_from: int = 290) -> bytes:
+    lines = []
+    for s in range(1, steps + 1):
+        loss = f"{2.0 + 0.5 * 2.718 ** (-s / 100):.6E}"
+        if s in spike:
+            loss = "9.260000E+00"
+        if s >= nan_from:
+            loss = "nan"
+        lines.append(f" iteration {s:8d}/  500000 | consumed samples: {s * 512:12d} | elapsed time per iteration (ms):"
+                     f" 1234.5 | learning rate: 3.000E-04 | global batch size:   512 | lm loss: {loss} | loss scale:"
+                     f" 65536.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+    lines.append("RuntimeError: Loss is NaN")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_charts_show_the_crash_by_step_with_values_and_zoom(server, page):
+    job = send(server, "charts", "nan", megatron_log(), ended_hours_ago=1)
+    page.goto(f"{server.url}/ui/jobs/{job['job']['id']}")
+    loss = page.locator("#metrics figure").filter(has_text="loss").first.locator("svg")
+    expect(loss).to_have_attribute("data-axis", "step")
+    expect(loss.locator("text.axis-name")).to_have_text("training step")
+    expect(loss.locator("text.axis").first).to_have_text("9.26")  # the spike's height, not a sample's
+    expect(loss.locator("rect.nonfinite title")).to_contain_text("non-finite loss after step")
+    titles = loss.locator("rect.hover title").all_text_contents()
+    assert any(": loss 9.26" in t or "… 9.26" in t for t in titles), titles[:5]
+    scale = page.locator("#metrics figure").filter(has_text="loss scale").locator("svg")
+    label = scale.locator("text.axis").first
+    expect(label).to_have_text("6.554e+04")
+    assert label.bounding_box()["x"] >= scale.bounding_box()["x"]  # not clipped on the left
+    shot(page, "job-charts")
+    points_before = int(loss.get_attribute("aria-label").split(", ")[1].split()[0])
+    page.get_by_role("link", name="around the failure").click()
+    assert "zoom=" in page.url
+    zoomed = page.locator("#metrics figure").filter(has_text="loss").first.locator("svg")
+    assert int(zoomed.get_attribute("aria-label").split(", ")[1].split()[0]) < points_before
+    # the brush: drag across the chart's middle
+    box = zoomed.bounding_box()
+    before = page.url
+    page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + 40)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + 40, steps=5)
+    page.mouse.up()
+    page.wait_for_url(lambda url: "zoom=" in url and url != before, timeout=10_000)
+    expect(page.locator("#metrics .help .sub")).to_contain_text("showing step")
