@@ -3,13 +3,15 @@ query, calls services (`app.failures`, `app.stats`, `app.labels`, ...) and rende
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, BackgroundTasks, Form, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
 from app.api.deps import ServicesDep
@@ -41,12 +43,17 @@ Q = Annotated[str | None, Query()]
 
 
 def _failure_filter(cluster: str | None, range_: str | None, error_type: str | None, category: str | None,
-                    host: str | None, unlabelled: str | None, q: str | None, group: str | None):  # noqa: ANN202
-    range_key, since = since_of(range_, "all")
-    flt = failures.FailureFilter(cluster=opt(cluster), since=since, error_type=opt(error_type),
+                    host: str | None, unlabelled: str | None, q: str | None, group: str | None,
+                    since: str | None = None, until: str | None = None):  # noqa: ANN202
+    range_key, start = since_of(range_, "all")
+    start = parse_date(since) or start
+    end = parse_date(until, end=True)
+    flt = failures.FailureFilter(cluster=opt(cluster), since=start, until=end, error_type=opt(error_type),
                                  category=opt(category), host=opt(host), fingerprint=opt(group),
                                  unlabelled=bool(opt(unlabelled)), search=opt(q))
     params = {k: v for k, v in {"cluster": flt.cluster, "range": range_key if range_key != "all" else None,
+                                "since": opt(since) if parse_date(since) else None,
+                                "until": opt(until) if end else None,
                                 "error_type": flt.error_type, "category": flt.category, "host": flt.host,
                                 "group": flt.fingerprint, "unlabelled": "1" if flt.unlabelled else None,
                                 "q": flt.search}.items() if v}
@@ -56,9 +63,9 @@ def _failure_filter(cluster: str | None, range_: str | None, error_type: str | N
 @router.get("/", response_class=HTMLResponse)
 def failures_page(request: Request, services: ServicesDep, _: WebEngineer, cluster: Q = None,
                   range: Q = None, error_type: Q = None, category: Q = None, host: Q = None,  # noqa: A002
-                  unlabelled: Q = None, q: Q = None, group: Q = None,
+                  unlabelled: Q = None, q: Q = None, group: Q = None, since: Q = None, until: Q = None,
                   offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0) -> HTMLResponse:
-    flt, params = _failure_filter(cluster, range, error_type, category, host, unlabelled, q, group)
+    flt, params = _failure_filter(cluster, range, error_type, category, host, unlabelled, q, group, since, until)
     with services.db.transaction() as session:
         items, total = failures.list_failures(session=session, flt=flt, limit=PAGE_SIZE, offset=offset)
         choices = failures.filter_choices(session=session)
@@ -66,6 +73,60 @@ def failures_page(request: Request, services: ServicesDep, _: WebEngineer, clust
     return page(request, "failures.html", items=items, total=total, offset=offset, page_size=PAGE_SIZE,
                 params=params, query=urlencode(params), choices=choices, latest=latest,
                 range_key=params.get("range", "all"))
+
+
+CSV_MAX_ROWS = 100_000
+
+
+def _csv(name: str, header: list[str], rows) -> Response:  # noqa: ANN001
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+def _iso(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else ""
+
+
+@router.get("/failures.csv")
+def failures_csv(services: ServicesDep, _: WebEngineer, cluster: Q = None, range: Q = None,  # noqa: A002
+                 error_type: Q = None, category: Q = None, host: Q = None, unlabelled: Q = None, q: Q = None,
+                 group: Q = None, since: Q = None, until: Q = None) -> Response:
+    """The failures list with the page's filters, every row (up to CSV_MAX_ROWS), newest first."""
+    flt, _params = _failure_filter(cluster, range, error_type, category, host, unlabelled, q, group, since, until)
+    with services.db.transaction() as session:
+        items, _total = failures.list_failures(session=session, flt=flt, limit=CSV_MAX_ROWS, offset=0)
+    header = ["job", "job_id", "cluster", "user", "hosts", "gpus", "failed_at_utc", "failed_at_source", "status",
+              "error_type", "diagnosed_error_type", "category", "action", "confidence", "decided_by", "label",
+              "group", "group_state", "first_evidence"]
+    rows = [[f"{f.job.cluster}/{f.job.external_id}", f.job.id, f.job.cluster, f.job.user or "",
+             " ".join(f.job.host_names), f.job.gpu_count or 0, _iso(f.when), f.when_source,
+             f.diagnosis.status if f.diagnosis else (f.pending.status if f.pending else "pending"),
+             f.job.error_type or "", f.diagnosis.error_type if f.diagnosis else "", f.job.category or "",
+             f.action or "", f"{f.diagnosis.confidence:.2f}" if f.diagnosis and f.diagnosis.confidence is not None else "",
+             f.diagnosis.decided_by or "" if f.diagnosis else "", f.label.verdict if f.label else "",
+             f.diagnosis.fingerprint or "" if f.diagnosis else "", f.group_state.state if f.group_state else "",
+             redact(f.first_evidence or "")] for f in items]
+    return _csv("failures.csv", header, rows)
+
+
+@router.get("/groups.csv")
+def groups_csv(services: ServicesDep, _: WebEngineer, cluster: Q = None, range: Q = None,  # noqa: A002
+               state: Q = None) -> Response:
+    _key, since = since_of(range, "all")
+    state = opt(state) if opt(state) in GROUP_STATES else None
+    with services.db.transaction() as session:
+        groups = failures.list_groups(session=session, cluster=opt(cluster), since=since, state=state)
+    header = ["fingerprint", "error_type", "category", "rule_id", "state", "jobs", "gpu_hours", "first_seen_utc",
+              "last_seen_utc", "hosts", "clusters", "note", "ticket", "assignee", "merged", "sample"]
+    rows = [[g.fingerprint, g.error_type, g.category or "", g.rule_id or "", g.shown_state, g.jobs,
+             f"{g.gpu_hours:.3f}", _iso(g.first_seen), _iso(g.last_seen), " ".join(sorted(g.hosts)),
+             " ".join(sorted(g.clusters)), g.note or "", g.ticket or "", g.assignee or "", " ".join(sorted(g.merged)),
+             g.sample] for g in groups]
+    return _csv("failure-groups.csv", header, rows)
 
 
 @router.get("/failures/rows", response_class=HTMLResponse)
@@ -293,11 +354,36 @@ def stats_page(request: Request, services: ServicesDep, _: WebEngineer, cluster:
                                    host_limit=20, interval=interval)
         agreement = labels.label_agreement(session=session, since=start, until=end, cluster=opt(cluster))
         choices = failures.filter_choices(session=session)
+    window = {k: v for k, v in {"cluster": opt(cluster), "range": range_key if range_key != "all" else None,
+                                "since": opt(since) if parse_date(since) else None,
+                                "until": opt(until) if end else None}.items() if v}
     return page(request, "stats.html", stats=data, agreement=agreement, choices=choices, cluster=opt(cluster),
+                list_query=urlencode(window), csv_query=urlencode({**window, "interval": interval}),
                 range_key=range_key, since=opt(since), until=opt(until), interval=interval,
                 repeat_hosts=[b for b in data.by_suspect_host if b.failed_jobs >= 2],
                 trend=_with_empty_days([(b.key, b.gpu_hours) for b in data.by_period], interval),
                 trend_jobs=[(b.key, b.gpu_hours, b.failed_jobs) for b in data.by_period])
+
+
+@router.get("/stats.csv")
+def stats_csv(services: ServicesDep, _: WebEngineer, cluster: Q = None, range: Q = None,  # noqa: A002
+              since: Q = None, until: Q = None, interval: Q = None) -> Response:
+    """Every table of the statistics page, one CSV: a `table` column names the table."""
+    _key, start = since_of(range, "30d")
+    start = parse_date(since) or start
+    end = parse_date(until, end=True)
+    interval = interval if interval in ("day", "week", "month") else "day"
+    with services.db.transaction() as session:
+        data = stats.failure_stats(session=session, since=start, until=end, cluster=opt(cluster),
+                                   host_limit=1000, interval=interval)
+    header = ["table", "key", "category", "failed_jobs", "gpu_hours", "job_share", "gpu_hours_share", "error_types"]
+    rows = [["total", "all", "", data.failed_jobs, f"{data.gpu_hours:.3f}", "1", "1", ""]]
+    for table, buckets in [("error_type", data.by_error_type), ("category", data.by_category),
+                           ("cluster", data.by_cluster), ("repeat_offender_host", data.by_suspect_host),
+                           (f"per_{interval}", data.by_period)]:
+        rows += [[table, b.key, b.category or "", b.failed_jobs, f"{b.gpu_hours:.3f}", b.job_share, b.gpu_hours_share,
+                  " ".join(f"{t}={n}" for t, n in sorted(b.error_types.items()))] for b in buckets]
+    return _csv("statistics.csv", header, rows)
 
 
 def _with_empty_days(points: list[tuple[str, float]], interval: str) -> list[tuple[str, float]]:

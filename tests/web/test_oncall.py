@@ -341,3 +341,88 @@ def test_charts_show_the_crash_by_step_with_values_and_zoom(server, page):
     page.mouse.up()
     page.wait_for_url(lambda url: "zoom=" in url and url != before, timeout=10_000)
     expect(page.locator("#metrics .help .sub")).to_contain_text("showing step")
+
+
+AXE = Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js"
+
+
+def contrast_failures(page) -> list[str]:
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate("""async () => {
+        const r = await axe.run(document, {runOnly: {type: 'rule', values: ['color-contrast']}});
+        return r.violations.flatMap(v => v.nodes.map(n => n.target.join(' ') + ': ' + n.failureSummary));
+    }""")
+    return result
+
+
+def test_smaller_things_an_engineer_trips_over(server, page, browser):
+    import csv
+    import io
+    import itertools
+
+    letters = ["".join(p) for p in itertools.product("abcdefgh", repeat=2)][:52]
+    for n, word in enumerate(letters):  # 52 different failures: more than a page of groups
+        log = ("step 1\nTraceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+               f"ValueError: unknown optimizer {word}{word[::-1]}\n").encode()
+        send(server, "misc", f"v-{n}", log, ended_hours_ago=30 + n)
+    label_job = send(server, "misc", "label-me", ecc_log("gpu-017: "), ended_hours_ago=2)
+
+    # times say their zone
+    page.goto(f"{server.url}/ui/jobs/{label_job['job']['id']}")
+    expect(page.locator(".facts").filter(has_text="Ended")).to_contain_text("UTC")
+
+    # after a correction the form shows the label chosen, not "Confirm" again
+    page.get_by_label("Correct error type").select_option("NCCLTimeoutError")
+    page.get_by_role("button", name="Save label").click()
+    expect(page.get_by_role("status").filter(has_text="Label saved")).to_be_visible()
+    expect(page.locator("input[data-correct]")).to_be_checked()
+    expect(page.get_by_label("Correct error type")).to_have_value("NCCLTimeoutError")
+
+    # CSV of the list, with the list's filters
+    page.goto(server.url + "/ui/?cluster=misc")
+    href = page.get_by_role("link", name="CSV").get_attribute("href")
+    assert "cluster=misc" in href
+    resp = page.request.get(server.url + href)
+    assert resp.ok and resp.headers["content-type"].startswith("text/csv")
+    table = list(csv.DictReader(io.StringIO(resp.text())))
+    assert len(table) == 53 and table[0]["job"] == "misc/label-me" and table[0]["error_type"] == "NCCLTimeoutError"
+    assert table[0]["failed_at_utc"].endswith("Z")
+
+    # statistics: CSV, and links to the list keep the window and cluster
+    page.goto(server.url + "/ui/stats?cluster=misc&range=7d")
+    link = page.locator("#by-type a").filter(has_text="ValueError")
+    href = link.get_attribute("href")
+    assert "cluster=misc" in href and "range=7d" in href and "error_type=ValueError" in href
+    resp = page.request.get(server.url + page.get_by_role("link", name="CSV").get_attribute("href"))
+    rows_ = list(csv.DictReader(io.StringIO(resp.text())))
+    assert {"table", "key", "failed_jobs", "gpu_hours"} <= set(rows_[0]) and any(r["key"] == "ValueError" for r in rows_)
+
+    # the groups page is paginated
+    page.goto(server.url + "/ui/groups?cluster=misc")
+    expect(page.locator("table.groups tbody tr")).to_have_count(50)
+    page.get_by_role("link", name="Next →").click()
+    expect(page.locator("table.groups tbody tr")).to_have_count(3)
+    assert "cluster=misc" in page.url
+
+    # light-mode badges and text pass axe-core's colour-contrast rule on every page (a context that
+    # lets the test's own script in: the pages' CSP allows only the package's script)
+    checker = browser.new_context(bypass_csp=True, color_scheme="light",
+                                  storage_state=browser.logdx_context.storage_state())
+    page = checker.new_page()
+    for path in ["/ui/?cluster=misc", "/ui/groups", f"/ui/jobs/{label_job['job']['id']}", "/ui/stats?range=all",
+                 "/ui/rules", f"/ui/jobs/{label_job['job']['id']}/log?q=loss&around=5"]:
+        page.goto(server.url + path)
+        assert contrast_failures(page) == [], path
+    checker.close()
+
+
+def test_screenshots_of_the_other_pages(server, page, browser):
+    for name, path in [("rules", "/ui/rules"), ("groups-all", "/ui/groups"), ("stats-all", "/ui/stats?range=all"),
+                       ("error", "/ui/jobs/999999")]:
+        page.goto(server.url + path)
+        shot(page, name)
+    anonymous = browser.new_context()
+    login = anonymous.new_page()
+    login.goto(server.url + "/ui/login")
+    shot(login, "login")
+    anonymous.close()
