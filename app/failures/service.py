@@ -179,7 +179,7 @@ class FailureGroup:
     error_type: str
     category: str | None
     rule_id: str | None
-    sample: str  # the masked first evidence line: what the group has in common
+    evidence: str  # the first evidence line of one of its jobs (`sample` masks it)
     first_seen: datetime
     last_seen: datetime
     jobs: int = 0
@@ -196,6 +196,12 @@ class FailureGroup:
     resolved_at: datetime | None = None
     merged: set[str] = field(default_factory=set)  # fingerprints merged into this group
     sample_from: str = ""  # the fingerprint whose job gave type, rule and sample
+
+    @property
+    def sample(self) -> str:
+        """The masked first evidence line: what the group's jobs have in common (masked when
+        shown: a page shows 50 groups of thousands)."""
+        return mask_text(self.evidence) or "(no evidence line)"
 
     @property
     def is_new(self) -> bool:
@@ -289,54 +295,70 @@ def list_groups(*, session: Session, cluster: str | None = None, since: datetime
     flt = FailureFilter(cluster=cluster, since=since, fingerprint=fingerprint)
     if fingerprint:
         flt = with_members(flt, session=session)
-    query = _failures_query(flt).where(DiagnosisRow.fingerprint.is_not(None))
+    # plain columns, not ORM rows: at 10,000 jobs loading Job/DiagnosisRow objects (hosts,
+    # attempts, result JSON) cost seconds; the sample evidence is read for one job per group
+    query = (_failures_query(flt).where(DiagnosisRow.fingerprint.is_not(None))
+             .with_only_columns(Job.id, Job.cluster, Job.ended_at, Job.created_at, Job.started_at, Job.gpu_count,
+                                DiagnosisRow.id, DiagnosisRow.fingerprint, DiagnosisRow.error_type,
+                                DiagnosisRow.category, DiagnosisRow.rule_id, maintain_column_froms=True))
     rows = session.execute(query).all()
-    labels = _newest_labels(session, [d.id for _, d in rows])
+    labels = _newest_labels(session, [r[6] for r in rows])
     hosts_of: dict[int, list[str]] = defaultdict(list)
-    ids = [job.id for job, _ in rows]
+    ids = [r[0] for r in rows]
     for start in range(0, len(ids), 500):
         for job_id, host in session.execute(select(JobHost.job_id, JobHost.host)
                                             .where(JobHost.job_id.in_(ids[start:start + 500]))):
             hosts_of[job_id].append(host)
     today = utcnow().date()
     groups: dict[str, FailureGroup] = {}
-    for job, diag in rows:
-        when = job.ended_at or job.created_at
-        home = targets.get(diag.fingerprint, diag.fingerprint)
+    sample_of: dict[str, int] = {}  # group -> the diagnosis whose first evidence line describes it
+    for job_id, cluster, ended_at, created_at, started_at, gpus, diag_id, fp, error_type, category, rule_id in rows:
+        when = ended_at or created_at
+        home = targets.get(fp, fp)
         group = groups.get(home)
-        if group is None or (diag.fingerprint == home and group.sample_from != home):
-            failure = Failure(job, diag, None)
-            fresh = FailureGroup(
-                fingerprint=home, error_type=diag.error_type, category=diag.category,
-                rule_id=diag.rule_id, sample=mask_text(failure.first_evidence or "") or "(no evidence line)",
-                first_seen=when, last_seen=when, daily=[0] * SPARK_DAYS)
-            if group is not None:  # the group's own failure describes it, not a merged one's
-                group.error_type, group.category, group.rule_id, group.sample = (
-                    fresh.error_type, fresh.category, fresh.rule_id, fresh.sample)
-            else:
-                group = groups[home] = fresh
-            group.sample_from = diag.fingerprint
-        if diag.fingerprint != home:
-            group.merged.add(diag.fingerprint)
+        if group is None or (fp == home and group.sample_from != home):
+            if group is None:
+                group = groups[home] = FailureGroup(
+                    fingerprint=home, error_type=error_type, category=category, rule_id=rule_id, evidence="",
+                    first_seen=when, last_seen=when, daily=[0] * SPARK_DAYS)
+            else:  # the group's own failure describes it, not a merged one's
+                group.error_type, group.category, group.rule_id = error_type, category, rule_id
+            group.sample_from = fp
+            sample_of[home] = diag_id
+        if fp != home:
+            group.merged.add(fp)
         group.first_seen = min(group.first_seen, when)
         group.last_seen = max(group.last_seen, when)
         group.jobs += 1
-        group.gpu_hours += gpu_hours(job)
-        group.hosts.update(hosts_of.get(job.id, []))
-        group.clusters.add(job.cluster)
-        label = labels.get(diag.id)
+        if started_at is not None and ended_at is not None:
+            group.gpu_hours += max(0.0, (ended_at - started_at).total_seconds()) / 3600.0 * (gpus or 0)
+        group.hosts.update(hosts_of.get(job_id, []))
+        group.clusters.add(cluster)
+        label = labels.get(diag_id)
         if label is not None:
             group.labels[label.error_type] = group.labels.get(label.error_type, 0) + 1
         age = (today - when.date()).days
         if 0 <= age < SPARK_DAYS:
             group.daily[SPARK_DAYS - 1 - age] += 1
+    evidence = _first_evidence(session, list(sample_of.values()))
     for fp, group in groups.items():
+        group.evidence = evidence.get(sample_of[fp]) or ""
         row = known.get(fp)
         if row is not None:
             group.state, group.note, group.updated_by = row.state, row.note, row.updated_by
             group.assignee, group.ticket, group.resolved_at = row.assignee, row.ticket, row.resolved_at
     out = [g for g in groups.values() if state is None or g.state == state or g.shown_state == state]
     return sorted(out, key=lambda g: (-g.gpu_hours, -g.jobs, g.fingerprint))
+
+
+def _first_evidence(session: Session, diagnosis_ids: list[int]) -> dict[int, str]:
+    """diagnosis id -> the text of its first evidence line (read in SQL from the result JSON)."""
+    text = DiagnosisRow.result["root_cause"]["evidence"][0]["text"].as_string()
+    out: dict[int, str] = {}
+    for start in range(0, len(diagnosis_ids), 500):
+        out.update(session.execute(select(DiagnosisRow.id, text)
+                                   .where(DiagnosisRow.id.in_(diagnosis_ids[start:start + 500]))).all())
+    return out
 
 
 def _require_group(session: Session, fingerprint: str) -> None:
