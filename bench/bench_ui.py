@@ -98,20 +98,40 @@ def seed(client: TestClient, n_jobs: int, rng: random.Random) -> dict:
     return {"templates": len(templates), "groups": len(groups)}
 
 
+class _Keep:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> str:
+        return str(self.path)
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--limit-ms", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", type=Path, help="keep the data dir here and reuse it when it holds a database")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="logdx-bench-ui-") as tmp:
+    if args.data:
+        args.data.mkdir(parents=True, exist_ok=True)
+    with (tempfile.TemporaryDirectory(prefix="logdx-bench-ui-") if not args.data else _Keep(args.data)) as tmp:
+        reuse = args.data is not None and (Path(tmp) / "logdx.db").exists()
         os.environ["LOGDX_DATA_DIR"] = tmp
         settings = Settings(data_dir=Path(tmp), run_worker=False, diagnosis_executor="thread")
         app = create_app(settings)
         with TestClient(app) as client:
             t0 = time.perf_counter()
-            info = seed(client, args.jobs, random.Random(args.seed))
+            info_file = Path(tmp) / "bench-ui.json"
+            if reuse:
+                info = json.loads(info_file.read_text())
+            else:
+                info = seed(client, args.jobs, random.Random(args.seed))
+                info_file.write_text(json.dumps(info))
             seeded_s = time.perf_counter() - t0
             services = app.state.services
             token = services.db.run(create_token, role=TokenRole.ENGINEER, name="bench-ui")[1]
