@@ -287,7 +287,8 @@ def add_badges(*, session: Session, items: list[Failure]) -> None:
 
 
 def list_groups(*, session: Session, cluster: str | None = None, since: datetime | None = None,
-                state: str | None = None, fingerprint: str | None = None) -> list[FailureGroup]:
+                state: str | None = None, fingerprint: str | None = None,
+                with_hosts: bool = True) -> list[FailureGroup]:
     """Groups of current diagnoses by fingerprint (merged groups counted in the group they were
     merged into), most GPU-hours lost first. `state` may be `regressed`."""
     known = decisions(session=session)
@@ -303,16 +304,10 @@ def list_groups(*, session: Session, cluster: str | None = None, since: datetime
                                 DiagnosisRow.category, DiagnosisRow.rule_id, maintain_column_froms=True))
     rows = session.execute(query).all()
     labels = _newest_labels(session, [r[6] for r in rows])
-    hosts_of: dict[int, list[str]] = defaultdict(list)
-    ids = [r[0] for r in rows]
-    for start in range(0, len(ids), 500):
-        for job_id, host in session.execute(select(JobHost.job_id, JobHost.host)
-                                            .where(JobHost.job_id.in_(ids[start:start + 500]))):
-            hosts_of[job_id].append(host)
     today = utcnow().date()
     groups: dict[str, FailureGroup] = {}
     sample_of: dict[str, int] = {}  # group -> the diagnosis whose first evidence line describes it
-    for job_id, cluster, ended_at, created_at, started_at, gpus, diag_id, fp, error_type, category, rule_id in rows:
+    for _job_id, job_cluster, ended_at, created_at, started_at, gpus, diag_id, fp, error_type, category, rule_id in rows:
         when = ended_at or created_at
         home = targets.get(fp, fp)
         group = groups.get(home)
@@ -332,14 +327,15 @@ def list_groups(*, session: Session, cluster: str | None = None, since: datetime
         group.jobs += 1
         if started_at is not None and ended_at is not None:
             group.gpu_hours += max(0.0, (ended_at - started_at).total_seconds()) / 3600.0 * (gpus or 0)
-        group.hosts.update(hosts_of.get(job_id, []))
-        group.clusters.add(cluster)
+        group.clusters.add(job_cluster)
         label = labels.get(diag_id)
         if label is not None:
             group.labels[label.error_type] = group.labels.get(label.error_type, 0) + 1
         age = (today - when.date()).days
         if 0 <= age < SPARK_DAYS:
             group.daily[SPARK_DAYS - 1 - age] += 1
+    if with_hosts:
+        add_hosts(session=session, groups=list(groups.values()), cluster=cluster, since=since)
     evidence = _first_evidence(session, list(sample_of.values()))
     for fp, group in groups.items():
         group.evidence = evidence.get(sample_of[fp]) or ""
@@ -349,6 +345,26 @@ def list_groups(*, session: Session, cluster: str | None = None, since: datetime
             group.assignee, group.ticket, group.resolved_at = row.assignee, row.ticket, row.resolved_at
     out = [g for g in groups.values() if state is None or g.state == state or g.shown_state == state]
     return sorted(out, key=lambda g: (-g.gpu_hours, -g.jobs, g.fingerprint))
+
+
+def add_hosts(*, session: Session, groups: list[FailureGroup], cluster: str | None = None,
+              since: datetime | None = None) -> None:
+    """Fill in the hosts of `groups` (those of their jobs within the same filters): one query of
+    distinct (fingerprint, host) pairs. The groups page does it for the 50 groups it shows."""
+    if not groups:
+        return
+    home_of = {g.fingerprint: g.fingerprint for g in groups}
+    home_of.update({m: g.fingerprint for g in groups for m in g.merged})
+    by_fp = {g.fingerprint: g for g in groups}
+    fps = list(home_of)
+    for start in range(0, len(fps), 500):
+        pairs = filter_jobs(select(DiagnosisRow.fingerprint, JobHost.host).select_from(Job)
+                            .join(DiagnosisRow, DiagnosisRow.id == Job.diagnosis_id)
+                            .join(JobHost, JobHost.job_id == Job.id)
+                            .where(DiagnosisRow.fingerprint.in_(fps[start:start + 500])),
+                            JobFilter(cluster=cluster, since=since)).distinct()
+        for fp, host in session.execute(pairs):
+            by_fp[home_of[fp]].hosts.add(host)
 
 
 def _first_evidence(session: Session, diagnosis_ids: list[int]) -> dict[int, str]:

@@ -154,7 +154,10 @@ def groups_page(request: Request, services: ServicesDep, _: WebEngineer, cluster
     range_key, since = since_of(range, "all")
     state = opt(state) if opt(state) in GROUP_STATES else None
     with services.db.transaction() as session:
-        groups = failures.list_groups(session=session, cluster=opt(cluster), since=since, state=state)
+        groups = failures.list_groups(session=session, cluster=opt(cluster), since=since, state=state,
+                                      with_hosts=False)
+        failures.add_hosts(session=session, groups=groups[offset:offset + PAGE_SIZE], cluster=opt(cluster),
+                           since=since)
         choices = failures.filter_choices(session=session)
     params = {k: v for k, v in {"cluster": opt(cluster), "range": range_key if range_key != "all" else None,
                                 "state": state}.items() if v}
@@ -351,7 +354,7 @@ def stats_page(request: Request, services: ServicesDep, _: WebEngineer, cluster:
     interval = interval if interval in ("day", "week", "month") else "day"
     with services.db.transaction() as session:
         data = stats.failure_stats(session=session, since=start, until=end, cluster=opt(cluster),
-                                   host_limit=20, interval=interval)
+                                   host_limit=20, interval=interval, per_host=False)
         agreement = labels.label_agreement(session=session, since=start, until=end, cluster=opt(cluster))
         choices = failures.filter_choices(session=session)
     window = {k: v for k, v in {"cluster": opt(cluster), "range": range_key if range_key != "all" else None,
@@ -375,7 +378,7 @@ def stats_csv(services: ServicesDep, _: WebEngineer, cluster: Q = None, range: Q
     interval = interval if interval in ("day", "week", "month") else "day"
     with services.db.transaction() as session:
         data = stats.failure_stats(session=session, since=start, until=end, cluster=opt(cluster),
-                                   host_limit=1000, interval=interval)
+                                   host_limit=1000, interval=interval, per_host=False)
     header = ["table", "key", "category", "failed_jobs", "gpu_hours", "job_share", "gpu_hours_share", "error_types"]
     rows = [["total", "all", "", data.failed_jobs, f"{data.gpu_hours:.3f}", "1", "1", ""]]
     for table, buckets in [("error_type", data.by_error_type), ("category", data.by_category),
