@@ -86,7 +86,7 @@ def failure_stats(*, session: Session, since: datetime | None, until: datetime |
     flt = JobFilter(cluster=cluster, since=since, until=until)
     diagnosed = filtered_jobs_query(flt).where(Job.error_type.is_not(None))
     # plain columns (no ORM rows with their hosts and attempts): 10,000 jobs in tens of ms
-    jobs = session.execute(diagnosed.where(Job.state.in_(FAILED_STATES)).with_only_columns(
+    jobs = session.connection().execute(diagnosed.where(Job.state.in_(FAILED_STATES)).with_only_columns(
         Job.id, Job.error_type, Job.category, Job.cluster, Job.started_at, Job.ended_at, Job.created_at,
         Job.gpu_count, Job.diagnosis_id, maintain_column_froms=True)).all()
     not_failed = session.scalar(select(func.count()).select_from(
