@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from app.core.types import Category
 from app.diagnoses.models import DiagnosisRow
 from app.jobs.models import Job, JobHost, JobState
-from app.jobs.service import JobFilter, filtered_jobs_query
+from app.jobs.service import JobFilter, filter_jobs, filtered_jobs_query
 from app.stats.schemas import Bucket, StatsOut
 
 
@@ -63,18 +63,17 @@ def period_key(when: datetime, interval: str) -> str:
     return when.strftime("%Y-%m")
 
 
-def _suspect_hosts(session: Session, jobs: list) -> dict[int, list[str]]:  # noqa: ANN001
-    """job id -> the hosts its current diagnosis names as suspects (read in SQL from the JSON)."""
+def _suspect_hosts(session: Session, flt: JobFilter) -> dict[int, list[str]]:
+    """job id -> the hosts its current diagnosis names as suspects, for the failed infrastructure
+    jobs of `flt` (one query; the names read in SQL from the result JSON)."""
     out: dict[int, list[str]] = {}
-    job_of = {j.diagnosis_id: j.id for j in jobs if j.diagnosis_id}
-    keys = list(job_of)
-    suspects = DiagnosisRow.result["action"]["suspect_hosts"]
-    for start in range(0, len(keys), 500):
-        for diag_id, named in session.execute(select(DiagnosisRow.id, suspects)
-                                              .where(DiagnosisRow.id.in_(keys[start:start + 500]))):
-            hosts = [h for h in dict.fromkeys(named or []) if isinstance(h, str) and h]
-            if hosts:
-                out[job_of[diag_id]] = hosts
+    query = filter_jobs(select(Job.id, DiagnosisRow.result["action"]["suspect_hosts"])
+                        .join(DiagnosisRow, DiagnosisRow.id == Job.diagnosis_id)
+                        .where(Job.category == Category.INFRASTRUCTURE.value, Job.state.in_(FAILED_STATES)), flt)
+    for job_id, named in session.execute(query):
+        hosts = [h for h in dict.fromkeys(named or []) if isinstance(h, str) and h]
+        if hosts:
+            out[job_id] = hosts
     return out
 
 
@@ -103,7 +102,7 @@ def failure_stats(*, session: Session, since: datetime | None, until: datetime |
     by_host: dict[str, _Acc] = defaultdict(_Acc)
     by_period: dict[str, _Acc] = defaultdict(_Acc)
     by_suspect: dict[str, _Acc] = defaultdict(_Acc)
-    suspects_of = _suspect_hosts(session, [j for j in jobs if j.category == Category.INFRASTRUCTURE.value])
+    suspects_of = _suspect_hosts(session, flt)
     total_hours, no_duration = 0.0, 0
     for job in jobs:
         hours = _gpu_hours(job)
