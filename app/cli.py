@@ -101,7 +101,7 @@ class _LazyGroup(click.Group):
     """Service commands are imported only when used: diagnosing a log never pays for the
     web/database imports."""
 
-    lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
+    lazy = {"serve": "app.service_cli:serve", "migrate": "app.service_cli:migrate", "worker": "app.service_cli:worker",
             "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel",
             "demo-data": "app.service_cli:demo_data",
             "probe": "app.controller.cli:probe", "recover": "app.controller.cli:recover",
