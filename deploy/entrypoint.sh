@@ -3,13 +3,17 @@
 # database, then serve. Settings come from LOGDX_* environment variables (docs/SERVICE.md); this
 # script reads three more:
 #   LOGDX_HOST (0.0.0.0), LOGDX_PORT (8000), LOGDX_LOG_LEVEL (info)
-#   LOGDX_BIN: the logdx to run (default: `logdx` on PATH)
+#   LOGDX_BIN: the logdx to run (default: the one beside this script, as when it is installed
+#   into the venv's bin/; else `logdx` on PATH)
 # With arguments it runs `logdx ARGS...` instead of serving (the re-labeling CronJob:
 # `entrypoint.sh relabel --only-stale`; `entrypoint.sh token create --role admin`), after the
 # same migration, so a one-off command never meets an older schema.
 set -eu
 
-LOGDX_BIN=${LOGDX_BIN:-logdx}
+if [ -z "${LOGDX_BIN:-}" ]; then
+  LOGDX_BIN=logdx
+  [ -x "$(dirname "$0")/logdx" ] && LOGDX_BIN="$(dirname "$0")/logdx"
+fi
 if ! command -v "$LOGDX_BIN" >/dev/null 2>&1; then
   echo "entrypoint: $LOGDX_BIN not found (install the logdx wheel, or set LOGDX_BIN)" >&2
   exit 127
