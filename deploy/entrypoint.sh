@@ -22,7 +22,7 @@ fi
 # LOGDX_RULES_DIR names a directory that does not exist yet: start it from the shipped rules (a
 # writable copy, so approved rule proposals can be written; later starts keep it as it is)
 if [ -n "${LOGDX_RULES_DIR:-}" ] && [ ! -e "$LOGDX_RULES_DIR" ]; then
-  (unset LOGDX_RULES_DIR; "$LOGDX_BIN" rules export "$LOGDX_RULES_DIR")
+  "$LOGDX_BIN" rules export "$LOGDX_RULES_DIR"
 fi
 
 # a failed migration (database unreachable, corrupt SQLite file) stops here, before serving
