@@ -2,9 +2,9 @@
 # Builds the Dockerfile's image with Debian's podman and checks it: the ENTRYPOINT and the
 # HEALTHCHECK run in a chroot of the image's own filesystem, as the image's USER with its Env
 # (.ci/image_check.py). Not part of .ci/run: installing podman and making a base image add about
-# 8 minutes, and containers cannot be *run* on the CI machines (crun cannot set rlimits there).
+# 9 minutes, and containers cannot be *run* on the CI machines (crun cannot set rlimits there).
 # No registry is reachable, so the base is made locally with debootstrap (BASE_IMAGE to skip).
-# Needs root. Usage: .ci/image.sh   (about 8 minutes cold, 3 with the base already made)
+# Needs root. Usage: .ci/image.sh   (about 9 minutes cold, 3.5 with the base already made)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE_IMAGE=${BASE_IMAGE:-localhost/logdx-base:bookworm}
