@@ -23,7 +23,8 @@ mkdir "$WORK/src"
 tar -C "$REPO" --exclude='__pycache__' --exclude='*.so' --exclude='app/_data' -cf - \
   pyproject.toml setup.py MANIFEST.in README.md alembic.ini app rules prompts alembic examples \
   tests/data/metric_lines.txt tests/data/normal_lines.txt | tar -C "$WORK/src" -xf -
-"$TOOLS/bin/python" -m build -q --outdir "$WORK/dist" "$WORK/src" >/dev/null
+"$TOOLS/bin/python" -m build --outdir "$WORK/dist" "$WORK/src" > "$WORK/build.log" 2>&1 \
+  || { cat "$WORK/build.log"; echo "core install: python -m build failed" >&2; exit 1; }
 WHEEL=$(ls "$WORK"/dist/logdx-*.whl)
 
 rm -rf "$VENV"
