@@ -31,6 +31,7 @@ PACKAGE_DATA = "_data"  # app/_data/<name>/ in a built wheel
 
 _HERE = Path(__file__).resolve().parent
 CHECKOUT = _HERE.parent
+_ON_DISK = Path(__file__).is_file()  # a plain file-system package, not a zip import
 _extracted = ExitStack()  # package data a non-file-system loader had to extract (rare: zip imports)
 atexit.register(_extracted.close)
 
@@ -47,6 +48,8 @@ def _from_package(name: str) -> Path | None:
     direct = _HERE / PACKAGE_DATA / name
     if direct.is_dir():
         return direct
+    if _ON_DISK:  # importlib.resources would look in the same directory: not there
+        return None
     import importlib.resources as resources
 
     try:
