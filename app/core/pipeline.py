@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import EllipsisType
 from typing import BinaryIO
 
 from app import __version__
@@ -78,8 +79,10 @@ def _preceding(log: CompressedLog, ev: ErrorEvent | None) -> tuple[str, ...]:
 
 
 class Pipeline:
-    def __init__(self, ruleset: RuleSet | None = None, *, rules_dir: Path | str | None = None) -> None:
-        self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir)
+    def __init__(self, ruleset: RuleSet | None = None, *, rules_dir: Path | str | None = None,
+                 overlay: Path | str | None | EllipsisType = ...) -> None:
+        """`overlay`: a site's rule files loaded beside `rules_dir`'s (`...`: $LOGDX_RULES_OVERLAY)."""
+        self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir, overlay=overlay)
 
     def compress(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
                  workers: int | None = None, limits: Limits | None = None) -> CompressedLog:
