@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from app.core import signals
 from app.core.binary import BINARY_RULE_ID, BINARY_SHARE
 from app.core.fields import extract_time
 from app.core.placement import RankHosts
@@ -105,6 +106,9 @@ class CompressedLog:
     rendered: str | None = None  # the compact text, rendered once the stats are final
     rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host (NCCL init lines)
     cut_short: bool = False  # reading stopped early (a limit, a damaged archive): the end of the log was not seen
+    # shapes of kept lines that carry a training signal in a layout no filter rule knows (shape ->
+    # ShapeSignal.as_row(), app/core/signals.py): the onset re-read reads their lines again
+    signal_shapes: dict[bytes, tuple] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -135,6 +139,7 @@ class Partial:
     binary_bytes: int = 0  # bytes of chunks judged binary (app/core/binary.py)
     binary_chunks: int = 0
     rank_hosts: RankHosts = field(default_factory=RankHosts)
+    signal_shapes: dict[bytes, tuple] = field(default_factory=dict)  # see CompressedLog
 
     # A range worker's findings travel to the parent pickled, with the templates as rows of plain
     # values (TemplateRow): thousands of Template objects cost tens of ms to pickle and unpickle,
@@ -262,6 +267,8 @@ def merge_partials(parts: list[Partial]) -> Partial:
         head.binary_bytes += part.binary_bytes
         head.binary_chunks += part.binary_chunks
         head.rank_hosts.merge(part.rank_hosts)
+        for shape, row in part.signal_shapes.items():
+            head.signal_shapes.setdefault(shape, row)
     return head
 
 
@@ -299,8 +306,8 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
         known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping(),
-        cut_short=report.cut_short,
-        completed=next((p for p in reversed(recent) if _is_completion(ruleset, p.text or "")), None))
+        cut_short=report.cut_short, signal_shapes=part.signal_shapes,
+        completed=_completed(ruleset, recent))
     body = render_body(log)
     out = render(log, body)
     stats.bytes_out = len(out.encode("utf-8"))
@@ -315,11 +322,21 @@ def _step_of(ruleset: RuleSet, text: str) -> int | None:
             m = rule.regex.search(text)
             if m and m.group("step") and m.group("step").isdigit():
                 return int(m.group("step"))
-    return None
+    # a progress line of a layout no filter rule knows (app/core/signals.py)
+    return signals.step_of(text) if signals.enabled() else None
 
 
 def _is_completion(ruleset: RuleSet, text: str) -> bool:
     return any(rule.spec.completion and rule.regex.search(text) for rule in ruleset.filters)
+
+
+def _completed(ruleset: RuleSet, recent: list[Progress]) -> Progress | None:
+    """The last recent progress marker that says training finished: a `completion` filter rule's,
+    or the very last marker when its step counter reached its stated total (`step 5000/5000`)."""
+    done = next((p for p in reversed(recent) if _is_completion(ruleset, p.text or "")), None)
+    if done is None and recent and signals.enabled() and signals.completes(recent[-1].text or ""):
+        done = recent[-1]
+    return done
 
 
 def _fmt_set(values: Iterable, limit: int = 8) -> str:

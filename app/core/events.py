@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from app.core import regexcache
+from app.core import regexcache, signals
 from app.core.compressed import CompressedLog, MetricPoint, Occurrence
 from app.core.fields import fold_key
 from app.core.types import ActionKind, Category, ErrorType, Role, default_category
@@ -167,6 +167,8 @@ def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
     when the log shows no training (no metric point, no progress marker) before it; else unknown."""
     if m := _STEP_ON_LINE.search(ev.text):
         return int(m.group(1))
+    if signals.enabled() and (step := signals.step_of(ev.text, epochs=False)) is not None:
+        return step
     if (m := _EPOCH_ON_LINE.search(ev.text)) and int(m.group(1)) >= 1:
         return EPOCH_STEPS  # a whole epoch (or more) of training came before it
     if any(p.line < ev.first_line for p in log.metrics) or any(p.line < ev.first_line for p in log.recent_progress):
@@ -176,7 +178,11 @@ def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
 
 def _step_of(text: str) -> int | None:
     m = _STEP_ON_LINE.search(text)
-    return int(m.group(1)) if m else None
+    if m:
+        return int(m.group(1))
+    # a layout `_STEP_ON_LINE` misses (`epoch: 3451 loss: nan`, a bar's `2/8614 [00:00<...`,
+    # `num_updates=700`): app/core/signals.py
+    return signals.step_of(text) if signals.enabled() else None
 
 
 def _set_onset(ev: ErrorEvent, metrics: list[MetricPoint], step: int | None) -> None:
