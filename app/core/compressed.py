@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from app.core import signals
 from app.core.binary import BINARY_RULE_ID, BINARY_SHARE
-from app.core.fields import extract_time
+from app.core.fields import DIGITS, extract_time
 from app.core.placement import RankHosts
 from app.core.ingest import IngestReport
 from app.core.rules import DiagnosisRule, RuleSet
@@ -286,7 +286,7 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
     part.nan_points.sort(key=lambda p: p.line)
     templates = sorted(part.templates.values(), key=lambda t: t.first_line)
     steps = {p.line: p.step for p in part.metrics[-4 * RECENT_PROGRESS:]}
-    recent = [Progress(step=steps.get(line_no) or _step_of(ruleset, ptext), line=line_no,
+    recent = [Progress(step=steps.get(line_no) or _step_of(ruleset, ptext, part.signal_shapes), line=line_no,
                        time=extract_time(ptext), text=ptext[:500]) for line_no, ptext in part.progress]
     warnings = list(report.warnings)
     if part.binary_bytes:
@@ -316,14 +316,21 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
     return log
 
 
-def _step_of(ruleset: RuleSet, text: str) -> int | None:
+def _step_of(ruleset: RuleSet, text: str, signal_shapes: dict[bytes, tuple]) -> int | None:
     for rule in ruleset.filters:
         if rule.spec.progress and "step" in rule.regex.groupindex:
             m = rule.regex.search(text)
             if m and m.group("step") and m.group("step").isdigit():
                 return int(m.group("step"))
-    # a progress line of a layout no filter rule knows (app/core/signals.py)
-    return signals.step_of(text) if signals.enabled() else None
+    if not signals.enabled():
+        return None
+    # a progress line of a layout no filter rule knows, read as its shape was (a table row under
+    # its header): app/core/signals.py
+    row = signal_shapes.get(text.encode("utf-8", "replace").translate(None, DIGITS))
+    if row is not None:
+        reading = signals.ShapeSignal.from_row(row).read(text)
+        return reading.step if reading is not None else None
+    return signals.step_of(text)
 
 
 def _is_completion(ruleset: RuleSet, text: str) -> bool:
