@@ -307,7 +307,7 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
         known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping(),
         cut_short=report.cut_short, signal_shapes=part.signal_shapes,
-        completed=_completed(ruleset, recent))
+        completed=next((p for p in reversed(recent) if _is_completion(ruleset, p.text or "")), None))
     body = render_body(log)
     out = render(log, body)
     stats.bytes_out = len(out.encode("utf-8"))
@@ -336,14 +336,6 @@ def _step_of(ruleset: RuleSet, text: str, signal_shapes: dict[bytes, tuple]) -> 
 def _is_completion(ruleset: RuleSet, text: str) -> bool:
     return any(rule.spec.completion and rule.regex.search(text) for rule in ruleset.filters)
 
-
-def _completed(ruleset: RuleSet, recent: list[Progress]) -> Progress | None:
-    """The last recent progress marker that says training finished: a `completion` filter rule's,
-    or the very last marker when its step counter reached its stated total (`step 5000/5000`)."""
-    done = next((p for p in reversed(recent) if _is_completion(ruleset, p.text or "")), None)
-    if done is None and recent and signals.enabled() and signals.completes(recent[-1].text or ""):
-        done = recent[-1]
-    return done
 
 
 def _fmt_set(values: Iterable, limit: int = 8) -> str:

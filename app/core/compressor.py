@@ -335,6 +335,7 @@ class Compressor:
             segments = [(s, r) for s, r in zip(text.split("\r"), raw.split(b"\r")) if s.strip()]
             if segments and self._cr_line(segments, line_no, lines, i, base):
                 return
+        new_shape = False
         if shape not in self._keep and len(shape) <= self.line_cap:
             idx = self._judge(text)
             if idx is not None:
@@ -346,9 +347,10 @@ class Compressor:
                 return
             if len(self._keep) < MAX_SHAPE_CACHE:
                 self._keep.add(shape)
-            if self._signals is not None:
-                self._learn_signal(shape, text)
+            new_shape = True
         kept = self._keep_line(text, line_no, lines, i, base)
+        if new_shape and self._signals is not None:
+            self._learn_signal(shape, text, kept[1] is None)
         if kept[0] is not None:
             self.lines_kept += 1
         else:
@@ -360,11 +362,12 @@ class Compressor:
         if self._sig and (sig := self._sig.get(shape)) is not None:
             self._signal_line(sig, text, line_no, i, kept[1] is None)
 
-    def _learn_signal(self, shape: bytes, text: str) -> None:
+    def _learn_signal(self, shape: bytes, text: str, diagnosed: bool) -> None:
         """The first line of a new kept shape: does it carry a training signal (a loss-like value,
-        a step counter) in a layout no filter rule knows? Once per shape, never per line."""
+        a step counter) in a layout no filter rule knows? Once per shape, never per line. A line
+        that is evidence of an error (a bar with a watchdog timeout glued to it) is no progress."""
         sig = self._signals.classify(text)
-        if sig is None or len(self._sig) >= MAX_SHAPE_CACHE:
+        if sig is None or len(self._sig) >= MAX_SHAPE_CACHE or (diagnosed and not sig.nonfinite):
             return
         self._sig[shape] = sig
         if self._table is None and not sig.nonfinite:  # the pure-Python loop reads them by shape

@@ -130,13 +130,12 @@ def _value(raw: str) -> float | None:
 @dataclass(slots=True)
 class Reading:
     """What one line says: the step it names, loss/grad-norm values (non-finite ones included),
-    whether it is a progress marker, and whether its counter reached its stated total."""
+    and whether it is a progress marker."""
 
     step: int | None
     values: dict[str, float]
     nonfinite: bool
     progress: bool
-    complete: bool = False
     epoch_step: bool = False  # the step is an epoch number (the line's only counter)
 
     @property
@@ -185,12 +184,14 @@ def _read_pairs(text: str) -> Reading | None:
     bar = _BAR_RE.search(text)
     if bar is not None and step is None and batch is None:
         batch, batch_total, seen = int(bar.group(1)), int(bar.group(2)), True
+        if batch == 0:
+            bar = None  # `0/101 [00:00<?`: no step done yet
     if not seen:
         return None
     counter = step is not None or batch is not None or epoch is not None
     # a counter is progress when the line also has metrics, a total, or is a bar: `Saving
     # checkpoint at step 1000` alone is not a training step
-    progress = counter and not nonfinite and (
+    progress = counter and not nonfinite and (batch != 0 or bar is not None) and (
         others > 0 or bool(values) or step_total is not None or batch_total is not None or bar is not None)
     epoch_step = False
     if step is None:
@@ -198,13 +199,7 @@ def _read_pairs(text: str) -> Reading | None:
             step, epoch_step = epoch, True  # `epoch: 3451 loss: 0.21`: the epoch is the only counter
         elif batch is not None and (epoch is None or epoch == 0):
             step = batch  # a bar or batch counter of the first (or only) epoch
-    complete = False
-    if step_total is not None and step == step_total and step > 0:
-        complete = True
-    elif batch_total is not None and batch == batch_total and batch > 0 and epoch_total is not None \
-            and epoch == epoch_total and bar is None:
-        complete = True
-    return Reading(step, values, nonfinite, progress and bool(counter), complete, epoch_step)
+    return Reading(step, values, nonfinite, progress and bool(counter), epoch_step)
 
 
 def _cells(text: str) -> tuple[str, list[str]] | None:
@@ -354,9 +349,3 @@ def step_of(text: str, *, epochs: bool = True) -> int | None:
         return None
     return reading.step
 
-
-def completes(text: str) -> bool:
-    """A progress line whose global counter reached its stated total (`step 5000/5000`,
-    `Epoch 3/3 ... batch 100/100`): the run finished its schedule."""
-    reading = _read_pairs(text)
-    return reading is not None and reading.complete
