@@ -109,6 +109,9 @@ class CompressedLog:
     # shapes of kept lines that carry a training signal in a layout no filter rule knows (shape ->
     # ShapeSignal.as_row(), app/core/signals.py): the onset re-read reads their lines again
     signal_shapes: dict[bytes, tuple] = field(default_factory=dict)
+    # the last progress marker is a format-free one (a kept line of a signal shape), not a filter
+    # rule's: rank.py asks more of it before reading a hang from it
+    inferred_progress: bool = False
 
     @property
     def text(self) -> str:
@@ -307,6 +310,7 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
         known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping(),
         cut_short=report.cut_short, signal_shapes=part.signal_shapes,
+        inferred_progress=bool(part.progress) and _signal_shape(part.progress[-1][1]) in part.signal_shapes,
         completed=next((p for p in reversed(recent) if _is_completion(ruleset, p.text or "")), None))
     body = render_body(log)
     out = render(log, body)
@@ -326,11 +330,15 @@ def _step_of(ruleset: RuleSet, text: str, signal_shapes: dict[bytes, tuple]) -> 
         return None
     # a progress line of a layout no filter rule knows, read as its shape was (a table row under
     # its header): app/core/signals.py
-    row = signal_shapes.get(text.encode("utf-8", "replace").translate(None, DIGITS))
+    row = signal_shapes.get(_signal_shape(text))
     if row is not None:
         reading = signals.ShapeSignal.from_row(row).read(text)
         return reading.step if reading is not None else None
     return signals.step_of(text)
+
+
+def _signal_shape(text: str) -> bytes:
+    return text.encode("utf-8", "replace").translate(None, DIGITS)
 
 
 def _is_completion(ruleset: RuleSet, text: str) -> bool:

@@ -349,8 +349,8 @@ class Compressor:
                 self._keep.add(shape)
             new_shape = True
         kept = self._keep_line(text, line_no, lines, i, base)
-        if new_shape and self._signals is not None:
-            self._learn_signal(shape, text, kept[1] is None)
+        if new_shape and self._signals is not None:  # (an error or error-looking line is no step line)
+            self._learn_signal(shape, text, kept[1] is None or (kept[0] is not None and kept[0].flagged))
         if kept[0] is not None:
             self.lines_kept += 1
         else:

@@ -160,6 +160,7 @@ _STEP_ON_LINE = regexcache.compile(r"(?i)\b(?:step|iteration|iter|global_step)\b
 
 _EPOCH_ON_LINE = regexcache.compile(r"(?i)\bepoch\b[\s:=#\[]{0,12}(\d+)")
 EPOCH_STEPS = 1000
+EARLY_POINTS = 10  # (policy.py's early_in_run: fewer than 10 steps)
 
 
 def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
@@ -171,9 +172,17 @@ def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
         return step
     if (m := _EPOCH_ON_LINE.search(ev.text)) and int(m.group(1)) >= 1:
         return EPOCH_STEPS  # a whole epoch (or more) of training came before it
-    if any(p.line < ev.first_line for p in log.metrics) or any(p.line < ev.first_line for p in log.recent_progress):
+    before = sum(1 for p in log.metrics if p.line < ev.first_line)
+    if before >= EARLY_POINTS:
         return None
-    return 0
+    prior = [p for p in log.recent_progress if p.line < ev.first_line]
+    if prior and prior[-1].step is not None:  # the step training had reached
+        return prior[-1].step
+    if before:
+        # fewer metric lines before it than a chunk's sample holds: all of them were read, so
+        # this is how many steps (at most) the run made before the non-finite value
+        return before
+    return None if prior else 0
 
 
 def _step_of(text: str) -> int | None:

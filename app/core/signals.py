@@ -39,7 +39,7 @@ _WRAP = r"(?:(?:tensor|np\.float\d*|float\d*|array|Array)\(\[?)?"
 _PAIR_RE = regexcache.compile(
     r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*(?: [A-Za-z][\w/-]*)?)['\"]?(?:\(\w+\))?"
     r"(?P<sep>\s*[:=]\s*|\s+)\[?\s*['\"]?" + _WRAP
-    + r"(?P<val>" + _NONFINITE + r"|" + _NUM + r")(?![\w.])['\"]?(?:\s*/\s*(?P<total>\d+)\b)?")
+    + r"(?P<val>" + _NONFINITE + r"|" + _NUM + r")(?![\w.(])['\"]?(?:\s*/\s*(?P<total>\d+)\b)?")
 # mmengine / Lightning-style `[e][ b/B]` after an epoch key
 _EPOCH_BATCH_RE = regexcache.compile(r"(?i)\bepoch(?:\(\w+\))?\s*\[\s*(\d+)\s*\]\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 # a tqdm-style bar counter: `120/5000 [00:10<05:00`

@@ -241,24 +241,35 @@ def test_without_signals_the_unknown_trainer_gives_no_onset(pipe, tmp_path, no_s
 
 def test_an_unknown_trainer_that_stops_is_a_hang_with_its_last_step(pipe, tmp_path):
     path = tmp_path / "train.log"
-    path.write_text(unknown_trainer(8_000, prefix="[rank0]: "))
+    path.write_text(unknown_trainer(8_000, prefix="[rank0]: ") + "[rank0]: 2025-01-01 12:00:00 trainer INFO | heartbeat\n" * 3)
     d = pipe.diagnose(path, workers=1).diagnosis
     assert d.root_cause.error_type == "Hang"
     assert d.last_progress.step == 8_000 and "step 8000" in d.root_cause.explanation
+
+
+def test_an_excerpt_that_ends_on_a_format_free_step_shows_no_stall(pipe):
+    """An inferred progress marker needs the stall to show (output after it that never advances);
+    a pasted excerpt of healthy training ends on one. A filter rule's marker is read as before."""
+    text = "".join(f"it={i} | loss={2 - i / 1000:.4f} | lr=1e-4\n" for i in range(1, 40))
+    d = pipe.diagnose(io.BytesIO(text.encode())).diagnosis
+    assert d.root_cause.error_type == "Unknown" and "step 39" in d.root_cause.explanation
+    assert d.last_progress.step == 39
+    known = "".join(f"iter {i}: loss {2 - i / 1000:.4f}, time 100.00ms, mfu 40.00%\n" for i in range(1, 40))
+    assert pipe.diagnose(io.BytesIO(known.encode())).diagnosis.root_cause.error_type == "Hang"
 
 
 def test_an_unknown_trainer_that_finished_did_not_hang(pipe):
     """Completion is told by the completion rules (the trainer's own end-of-training line), not by
     a counter at its total: a job that hangs in shutdown after its last step is a hang."""
     text = "".join(f"it={i}/500 | loss={2 - i / 1000:.4f} | lr=1e-4\n" for i in range(1, 501))
-    done = text + "***** train metrics *****\n"
-    d = pipe.diagnose(io.BytesIO(done.encode())).diagnosis
+    d = pipe.diagnose(io.BytesIO((text + "***** train metrics *****\n").encode())).diagnosis
     assert d.root_cause.error_type == "Unknown" and d.root_cause.explanation.startswith("no failure found")
-    assert pipe.diagnose(io.BytesIO(text.encode())).diagnosis.root_cause.error_type == "Hang"
+    d = pipe.diagnose(io.BytesIO((text + "saving /ckpt/final\n").encode())).diagnosis
+    assert d.root_cause.error_type == "Hang"
 
 
 def test_an_error_followed_by_unknown_trainer_steps_is_recovered(pipe):
-    lines = [f"it={i} | loss={2 - i / 1000:.4f} | lr=1e-4" for i in range(1, 100)]
+    lines = [f"it={i} | loss={2 - i / 1000:.4f} | lr=1e-4" for i in range(1, 100)] + ["evaluating"]
     lines.insert(40, "ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', port=443): Max retries exceeded")
     d = pipe.diagnose(io.BytesIO(("\n".join(lines) + "\n").encode())).diagnosis
     assert d.root_cause.error_type == "Hang"  # training went on after the error, then stopped
