@@ -28,7 +28,9 @@ Switched off by `LOGDX_ABLATE=signals` (app/core/ablation.py).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import re2
 
@@ -53,7 +55,7 @@ _BAR_RE = regexcache.compile(r"(?<![\w./])(\d+)/(\d+) \[[\d:?]+<[\d:?]+")
 # training signal, and learning a shape must stay cheap (bench/README.md, `survive5`).
 PAIRS, HEADER = 0, 1
 _HINTS = re2.Set.SearchSet(re2.Options())
-_HINTS.Add(r"(?i)(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)[\w./-]*['\"]?(?:\(\w+\))?\s*[:=]?\s*\[?\s*"
+_HINTS.Add(r"(?i)(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)\w*(?:[/-]\w+)*['\"]?(?:\(\w+\))?\s*[:=]?\s*\[?\s*"
            r"['\"]?(?:\w[\w.]*\(\[?)?[-+]?(?:nan|inf|\.?\d)|\d/\d+ \[")
 _HINTS.Add(r"(?i)^\D*(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit\b)\D*$")
 _HINTS.Compile()
@@ -62,7 +64,8 @@ _TABLE_SEPS = "|│┃"
 _CELL_NAME = regexcache.compile(r"[A-Za-z][\w./%()-]*(?: [A-Za-z][\w./%()-]*)*")
 _CELL_VALUE = regexcache.compile(r"(?:" + _NONFINITE + r"|" + _NUM + r")")
 _WS_SPLIT = regexcache.compile(r"\s{2,}|\t")
-_WORD_SPLIT = regexcache.compile(r"[\s_./-]+")
+_DIGIT_RUNS = re.compile(r"(\d+)")
+_WORD_SEPS = str.maketrans("_./-\t", "     ")
 
 _LOSS_WORDS = frozenset({"loss", "ppl", "perplexity", "gnorm"})
 _LOSS_SUFFIX = frozenset({"step", "epoch", "avg", "mean", "total", "train", "value"})
@@ -83,9 +86,10 @@ def enabled() -> bool:
 
 
 def _words(key: str) -> list[str]:
-    return [w for w in _WORD_SPLIT.split(key.lower()) if w]
+    return key.lower().translate(_WORD_SEPS).split()
 
 
+@lru_cache(maxsize=4096)  # (a log repeats its keys)
 def loss_kind(key: str) -> str | None:
     """'loss', 'grad_norm', 'eval' (an eval/validation loss: non-finite counts, no series) or
     'ppl' for a loss-like key; None otherwise."""
@@ -108,6 +112,7 @@ def loss_kind(key: str) -> str | None:
     return kind
 
 
+@lru_cache(maxsize=4096)
 def counter_kind(key: str, sep: str = ":") -> str | None:
     """'step' (a global step/iteration counter), 'epoch' or 'batch' for a counter key, else None."""
     words = _words(key)
@@ -150,6 +155,7 @@ class Reading:
     nonfinite: bool
     progress: bool
     epoch_step: bool = False  # the step is an epoch number (the line's only counter)
+    spans: dict[str, tuple[int, int]] | None = None  # where `step` and the finite values were read
 
     @property
     def finite_values(self) -> dict[str, float]:
@@ -168,6 +174,7 @@ def _pairs(text: str) -> Reading | None:
     step = epoch = batch = None
     step_total = batch_total = epoch_total = None
     values: dict[str, float] = {}
+    spans: dict[str, tuple[int, int]] = {}
     nonfinite = False
     others = 0  # numeric pairs that are neither counters nor losses (lr, time, throughput...)
     seen = False
@@ -185,24 +192,30 @@ def _pairs(text: str) -> Reading | None:
                 values[slot] = value
             elif kind in (LOSS, GRAD_NORM) and kind not in values:
                 values[kind] = value
+                spans[kind] = m.span("val")
             continue
-        ckind = counter_kind(key, sep)
+        ckind = counter_kind(key, sep.strip())
         if ckind is not None and raw.isdigit():
             seen = True
             n, t = int(raw), int(total) if total else None
             if ckind == "step" and step is None:
                 step, step_total = n, t
+                spans["step"] = m.span("val")
             elif ckind == "epoch" and epoch is None:
                 epoch, epoch_total = n, t
+                spans["epoch"] = m.span("val")
             elif ckind == "batch" and batch is None:
                 batch, batch_total = n, t
+                spans["batch"] = m.span("val")
             continue
         others += 1
     if epoch is not None and batch is None and (m := _EPOCH_BATCH_RE.search(text)):
         epoch, batch, batch_total = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        spans["batch"] = m.span(2)
     bar = _BAR_RE.search(text)
     if bar is not None and step is None and batch is None:
         batch, batch_total, seen = int(bar.group(1)), int(bar.group(2)), True
+        spans["batch"] = bar.span(1)
         if batch == 0:
             bar = None  # `0/101 [00:00<?`: no step done yet
     if not seen:
@@ -216,9 +229,43 @@ def _pairs(text: str) -> Reading | None:
     if step is None:
         if batch is None and epoch is not None:
             step, epoch_step = epoch, True  # `epoch: 3451 loss: 0.21`: the epoch is the only counter
+            spans["step"] = spans["epoch"]
         elif batch is not None and (epoch is None or epoch == 0):
             step = batch  # a bar or batch counter of the first (or only) epoch
-    return Reading(step, values, nonfinite, progress and bool(counter), epoch_step)
+            spans["step"] = spans["batch"]
+    spans.pop("epoch", None)
+    spans.pop("batch", None)
+    return Reading(step, values, nonfinite, progress and bool(counter), epoch_step, spans)
+
+
+MAX_FAST_LINE = 2000  # longer first lines get no pattern of their own (read by the pair regex)
+
+
+def _skeleton(segment: str) -> str:
+    """A regex for text of this shape: each digit run any digits, the rest literally."""
+    return "".join(r"\d*" if part.isdigit() else re.escape(part) for part in _DIGIT_RUNS.split(segment) if part)
+
+
+def _fast_pattern(text: str, spans: dict[str, tuple[int, int]]) -> str | None:
+    """A pattern that reads the lines of `text`'s shape by position: the line's skeleton, with the
+    spans the pair regex read the step and values from as named groups (a few us a line, where
+    the pair regex takes tens: the C loop samples these lines in every chunk)."""
+    if len(text) > MAX_FAST_LINE or not spans:
+        return None
+    out, pos = [], 0
+    for name, (a, b) in sorted(spans.items(), key=lambda kv: kv[1]):
+        if a < pos:
+            return None
+        out.append(_skeleton(text[pos:a]))
+        out.append(f"(?P<{name}>{_skeleton(text[a:b])})")
+        pos = b
+    out.append(_skeleton(text[pos:]))
+    return "".join(out)
+
+
+@lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile(pattern, re.S)
 
 
 def _cells(text: str) -> tuple[str, list[str]] | None:
@@ -306,26 +353,40 @@ class ShapeSignal:
     extract: bool
     progress: bool
     nonfinite: bool
+    fast: str | None = None  # a pattern reading the shape's lines by position (`_fast_pattern`)
 
     def read(self, text: str) -> Reading | None:
+        if self.fast is not None and (m := _compiled(self.fast).fullmatch(text)) is not None:
+            try:
+                groups = m.groupdict()
+                step = int(groups.pop("step")) if "step" in groups else None
+                values = {k: float(v) for k, v in groups.items()}
+            except ValueError:
+                pass  # (a line of the shape that the positions do not fit: read it fully)
+            else:
+                return Reading(step, values, False, self.progress)
         return _read_pairs(text) if self.header is None else _read_row(text, self.header)
 
     def as_row(self) -> tuple:
-        return (self.header.sep, self.header.columns) if self.header else None, self.extract, self.progress, self.nonfinite
+        return ((self.header.sep, self.header.columns) if self.header else None, self.extract, self.progress,
+                self.nonfinite, self.fast)
 
     @staticmethod
     def from_row(row: tuple) -> ShapeSignal:
-        header, extract, progress, nonfinite = row
-        return ShapeSignal(Header(header[0], tuple(header[1])) if header else None, extract, progress, nonfinite)
+        header, extract, progress, nonfinite, fast = row
+        return ShapeSignal(Header(header[0], tuple(header[1])) if header else None, extract, progress, nonfinite, fast)
 
 
-def _signal(reading: Reading | None, header: Header | None) -> ShapeSignal | None:
+def _signal(reading: Reading | None, header: Header | None, text: str | None = None) -> ShapeSignal | None:
     if reading is None:
         return None
     extract = bool(reading.finite_values) and not reading.nonfinite
     if not (extract or reading.progress or reading.nonfinite):
         return None
-    return ShapeSignal(header, extract, reading.progress, reading.nonfinite)
+    fast = None
+    if header is None and not reading.nonfinite and reading.spans is not None and text is not None:
+        fast = _fast_pattern(text, reading.spans)
+    return ShapeSignal(header, extract, reading.progress, reading.nonfinite, fast)
 
 
 class SignalReader:
@@ -337,7 +398,7 @@ class SignalReader:
     def classify(self, text: str) -> ShapeSignal | None:
         hints = _HINTS.Match(text) or ()
         if PAIRS in hints and (reading := _pairs(text)) is not None:
-            return _signal(reading, None)
+            return _signal(reading, None, text)
         header = _header(text) if HEADER in hints else None
         if header is not None:
             self.header = header

@@ -273,3 +273,28 @@ def test_an_error_followed_by_unknown_trainer_steps_is_recovered(pipe):
     lines.insert(40, "ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', port=443): Max retries exceeded")
     d = pipe.diagnose(io.BytesIO(("\n".join(lines) + "\n").encode())).diagnosis
     assert d.root_cause.error_type == "Hang"  # training went on after the error, then stopped
+
+
+@pytest.mark.parametrize("template", [
+    "2025-01-01 10:00:{s:02d} trainer INFO | it={i} | lm_loss={x:.4f} | gnorm {g:.3f} | tok/s={t}",
+    "mmengine - INFO - Iter(train) [{i:>5}/100000]  lr: {g:.4e}  time: 0.1000  loss: {x:.4f}  grad_norm: {g:.4f}",
+    "{{'epoch': 1, 'iter': {i}, 'train_loss': {x}, 'grad_norm': {g:.2e}}}",
+    "Training: {s}%|##  | {i}/100000 [00:{s:02d}<01:00, 5.00it/s, train_loss={x:.3f}]",
+    "epoch: {i} loss: {x}",
+])
+def test_a_shapes_positional_reading_equals_the_full_one(template):
+    """Lines of a learned shape are read by position (the C loop samples them every chunk); the
+    result is the pair regex's, whatever the digits."""
+    import random
+
+    from app.core.signals import _read_pairs
+
+    rnd = random.Random(5)
+    first = template.format(i=120, s=7, x=2.5, g=0.5, t=12345)
+    sig = SignalReader().classify(first)
+    assert sig.fast is not None
+    for _ in range(300):
+        line = template.format(i=rnd.randrange(1, 99999), s=rnd.randrange(60), x=rnd.uniform(0, 20),
+                               g=rnd.uniform(0, 3), t=rnd.randrange(10**6))
+        fast, full = sig.read(line), _read_pairs(line)
+        assert (fast.step, fast.values, fast.progress) == (full.step, full.values, full.progress), line
