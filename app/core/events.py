@@ -160,7 +160,6 @@ _STEP_ON_LINE = regexcache.compile(r"(?i)\b(?:step|iteration|iter|global_step)\b
 
 _EPOCH_ON_LINE = regexcache.compile(r"(?i)\bepoch\b[\s:=#\[]{0,12}(\d+)")
 EPOCH_STEPS = 1000
-EARLY_POINTS = 10  # (policy.py's early_in_run: fewer than 10 steps)
 
 
 def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
@@ -172,17 +171,12 @@ def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
         return step
     if (m := _EPOCH_ON_LINE.search(ev.text)) and int(m.group(1)) >= 1:
         return EPOCH_STEPS  # a whole epoch (or more) of training came before it
-    before = sum(1 for p in log.metrics if p.line < ev.first_line)
-    if before >= EARLY_POINTS:
-        return None
     prior = [p for p in log.recent_progress if p.line < ev.first_line]
     if prior and prior[-1].step is not None:  # the step training had reached
         return prior[-1].step
-    if before:
-        # fewer metric lines before it than a chunk's sample holds: all of them were read, so
-        # this is how many steps (at most) the run made before the non-finite value
-        return before
-    return None if prior else 0
+    if prior or any(p.line < ev.first_line for p in log.metrics):
+        return None  # (metric lines before it: a logger prints one every N steps, N unknown)
+    return 0
 
 
 def _step_of(text: str) -> int | None:
