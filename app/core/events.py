@@ -172,7 +172,7 @@ def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
     if (m := _EPOCH_ON_LINE.search(ev.text)) and int(m.group(1)) >= 1:
         return EPOCH_STEPS  # a whole epoch (or more) of training came before it
     prior = [p for p in log.recent_progress if p.line < ev.first_line]
-    if prior and prior[-1].step is not None:  # the step training had reached
+    if prior and prior[-1].step is not None and signals.enabled():  # the step training had reached
         return prior[-1].step
     if prior or any(p.line < ev.first_line for p in log.metrics):
         return None  # (metric lines before it: a logger prints one every N steps, N unknown)
