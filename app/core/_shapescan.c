@@ -12,6 +12,9 @@
  * with the KEEP flag and a slot id: their lines are counted per slot (count, last line) here, and
  * only the rank and host of a line whose rank/host fields carry values not seen before for that
  * slot (a *variant*) go back to Python, so that a template's rank and host sets stay complete.
+ * A kept shape whose lines carry a training signal in a layout no filter rule knows (a loss-like
+ * value, a step counter: app/core/signals.py) also carries FLAG_KEEP_EXTRACT / FLAG_KEEP_PROGRESS
+ * (`mark_keep`): its lines are sampled and go to the progress ring like a filter rule's metric lines.
  * Lines of a `\r`-redrawn progress bar are dropped here when every segment's shape is known. The fields are
  * ranges of shape positions (the number of non-digit bytes before a digit run), learned by the
  * Python side from the shape's first line.
