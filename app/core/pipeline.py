@@ -104,7 +104,7 @@ class Pipeline:
         loss's onset is then found exactly (app/core/onset.py), not at the next sampled line."""
         events = events_from_log(log)
         ranking = rank_events(events, log)
-        if source is not None and refine_onset(source, self.ruleset, ranking.root_event):
+        if source is not None and refine_onset(source, self.ruleset, ranking.root_event, log.signal_shapes):
             events.sort(key=lambda e: e.first_line)
             ranking = rank_events(events, log)
         action = self.decide_action(ranking, log, job=job, events=events)
