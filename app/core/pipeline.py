@@ -127,7 +127,8 @@ class Pipeline:
             known_ranks=frozenset(log.known_ranks),
             hosts=tuple(sorted(ev.hosts)) if ev else (),
             spike_step_index=ev.spike_index if ev else None,
-            only_symptoms=ranking.only_symptoms, preceding=_preceding(log, ev))
+            only_symptoms=ranking.only_symptoms, preceding=_preceding(log, ev),
+            root_lines=tuple(o.text for o in ev.occurrences[:50]) if ev else ())
         decision = decide(ctx, self.ruleset.policies)
         hosts: list[str] = []
         ranks: list[int] = []
