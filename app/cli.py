@@ -17,6 +17,8 @@ from app.core.rules import RuleError, check_examples, load_rules
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 PROGRESS_MIN_BYTES = 64 * 1024 * 1024
+RULES_HELP = ("Rules directory (default: $LOGDX_RULES_DIR, else the shipped rules); a site's own rule files "
+              "beside them: $LOGDX_RULES_OVERLAY.")
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -99,7 +101,7 @@ class _LazyGroup(click.Group):
     """Service commands are imported only when used: diagnosing a log never pays for the
     web/database imports."""
 
-    lazy = {"serve": "app.service_cli:serve", "worker": "app.service_cli:worker",
+    lazy = {"serve": "app.service_cli:serve", "migrate": "app.service_cli:migrate", "worker": "app.service_cli:worker",
             "token": "app.service_cli:token", "llm": "app.llm.cli:llm", "relabel": "app.relabel.cli:relabel",
             "demo-data": "app.service_cli:demo_data",
             "probe": "app.controller.cli:probe", "recover": "app.controller.cli:recover",
@@ -126,7 +128,8 @@ def cli() -> None:
 @cli.command()
 @click.argument("log")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis JSON contract.")
-@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="LOGDX_RULES_DIR",
+              help=RULES_HELP)
 @click.option("--llm", "llm_backend", type=click.Choice(["none", "openai", "transformers"]), default=None,
               help="Ask an LLM when the rules are unsure (default: $LOGDX_LLM_BACKEND, else none).")
 def diagnose(log: str, as_json: bool, rules_dir: str | None, llm_backend: str | None) -> None:
@@ -237,7 +240,8 @@ def _print_summary(d) -> None:
 @click.argument("log")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the compressed log here.")
 @click.option("--stats", is_flag=True, help="Print compression statistics as JSON on stderr.")
-@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="LOGDX_RULES_DIR",
+              help=RULES_HELP)
 def compress(log: str, output: str | None, stats: bool, rules_dir: str | None) -> None:
     """Compress LOG: drop metric lines, fold repeats, keep errors with context."""
     if output:  # (before reading a large log for nothing)
@@ -268,11 +272,14 @@ def rules() -> None:
 
 
 @rules.command("test")
-@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
-def rules_test(rules_dir: str | None) -> None:
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="LOGDX_RULES_DIR",
+              help=RULES_HELP)
+@click.option("--overlay", type=click.Path(file_okay=False), envvar="LOGDX_RULES_OVERLAY",
+              help="A site's own rule files, loaded beside the rules directory (default: $LOGDX_RULES_OVERLAY).")
+def rules_test(rules_dir: str | None, overlay: str | None) -> None:
     """Run every rule's match/no_match examples."""
     try:
-        rs = load_rules(rules_dir)
+        rs = load_rules(rules_dir, overlay=overlay or None)
     except RuleError as exc:
         _fail(f"bad rules: {exc}")
     failures = check_examples(rs)
@@ -285,9 +292,41 @@ def rules_test(rules_dir: str | None) -> None:
     sys.exit(1 if failures else 0)
 
 
+@rules.command("export")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--force", is_flag=True, help="Write into a directory that is not empty (files of the same name are replaced).")
+def rules_export(directory: str, force: bool) -> None:
+    """Write the rules shipped with logdx to DIRECTORY: a starting point for a site's own library
+    (LOGDX_RULES_DIR=DIRECTORY); to only add rules, use an overlay (LOGDX_RULES_OVERLAY)."""
+    import shutil
+
+    from app import resources
+
+    target = Path(directory)
+    try:
+        source = resources.rules_dir()
+    except resources.DataNotFound as exc:
+        _fail(str(exc), EXIT_INTERNAL)
+    if target.exists() and not target.is_dir():
+        _fail(f"cannot export the rules to {target}: not a directory")
+    if target.is_dir() and any(target.iterdir()) and not force:
+        _fail(f"{target} is not empty: nothing written (--force writes into it, replacing files of the same name)")
+    files = sorted(p for p in source.rglob("*.yaml") if p.is_file())
+    try:
+        for path in files:
+            out = target / path.relative_to(source)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out)
+    except OSError as exc:
+        _fail(f"cannot write {exc.filename or target}: {exc.strerror or exc}")
+    click.echo(f"exported {len(files)} rule files to {target}; use them with LOGDX_RULES_DIR={target.resolve()}",
+               err=True)
+
+
 @rules.command("propose")
 @click.argument("log")
-@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="LOGDX_RULES_DIR",
+              help=RULES_HELP)
 @click.option("--apply", "apply_", is_flag=True,
               help="Append the validated proposals to the rules directory (what an admin's approval does).")
 def rules_propose(log: str, rules_dir: str | None, apply_: bool) -> None:
@@ -321,7 +360,8 @@ def rules_propose(log: str, rules_dir: str | None, apply_: bool) -> None:
 
 @rules.command("explain")
 @click.argument("line")
-@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), help="Rules directory.")
+@click.option("--rules", "rules_dir", type=click.Path(file_okay=False), envvar="LOGDX_RULES_DIR",
+              help=RULES_HELP)
 def rules_explain(line: str, rules_dir: str | None) -> None:
     """Show which rules match LINE, with their captured groups."""
     try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from app import resources
 from app.core.pipeline import Pipeline
 from app.db.engine import Database
 from app.diagnoses import service as diagnoses
@@ -29,7 +30,7 @@ from app.rules_review import service as rules_review
 from app.rules_review.models import ProposedRule
 from app.rules_review.schemas import ProposedRuleCreate
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = resources.data_dir("examples")
 CLUSTERS = ["alpha", "beta"]
 USERS = ["mchen", "apatel", "jkim", "lrossi", "team-pretrain"]
 DEMO_PROPOSAL = ProposedRuleCreate(

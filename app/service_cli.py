@@ -96,6 +96,30 @@ def worker() -> None:
         pass
 
 
+@click.command()
+def migrate() -> None:
+    """Upgrade the database to the newest schema and check it (what `serve` does at start-up;
+    deploy/entrypoint.sh runs it first, so a failed migration stops the deployment before it serves)."""
+    from app.db.engine import Database
+    from app.db.migrate import check_database, current_revision, head_revision, upgrade_to_head
+
+    settings = _settings()
+    db = Database(settings.effective_database_url)
+    try:
+        check_database(db.engine)
+        before = current_revision(db.engine)
+        upgrade_to_head(db.engine)
+    except Exception as exc:  # one line saying why (bad URL, unreachable server, corrupt file)
+        click.echo(f"logdx: cannot migrate {db.engine.url.render_as_string(hide_password=True)}: "
+                   f"{type(exc).__name__}: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    finally:
+        db.engine.dispose()
+    head = head_revision()
+    click.echo(f"migrated the database from {before or 'empty'} to {head}" if before != head else
+               f"the database is at the newest revision, {head}", err=True)
+
+
 @click.group()
 def token() -> None:
     """Manage API tokens (stored hashed; shown once)."""
@@ -200,6 +224,7 @@ def demo_data(logs_dir: str | None) -> None:
 
 def register(cli: click.Group) -> None:
     cli.add_command(serve)
+    cli.add_command(migrate)
     cli.add_command(demo_data)
     cli.add_command(worker)
     cli.add_command(token)

@@ -133,6 +133,12 @@ class Settings(BaseSettings):
         description="Directory of rule files; unset: the rules/ shipped with logdx. Approved "
         "proposed rules are appended to <rules_dir>/<family>.yaml, so it must be writable to approve.",
     )
+    rules_overlay: Path | None = Field(
+        default=None,
+        description="Directory of a site's own rule files, loaded beside the rules directory's (the "
+        "shipped ones unless LOGDX_RULES_DIR is set): the way to add rules without copying the library. "
+        "A rule id that is already defined is an error naming both files (the server refuses to start).",
+    )
     relabel_heartbeat_s: float = Field(
         default=10.0, gt=0, le=3600,
         description="Batch re-labeling on PostgreSQL: seconds between a worker's heartbeats, and "
@@ -258,6 +264,8 @@ class Settings(BaseSettings):
         self.data_dir = self.data_dir.expanduser()
         if self.rules_dir is not None:
             self.rules_dir = self.rules_dir.expanduser()
+        if self.rules_overlay is not None:
+            self.rules_overlay = self.rules_overlay.expanduser()
         if self.relabel_archive_root is not None:
             self.relabel_archive_root = self.relabel_archive_root.expanduser()
         if self.llm_cache_dir is not None:
@@ -266,9 +274,9 @@ class Settings(BaseSettings):
 
     @property
     def effective_rules_dir(self) -> Path:
-        from app.core.rules import DEFAULT_RULES_DIR
+        from app.resources import rules_dir
 
-        return self.rules_dir or DEFAULT_RULES_DIR
+        return self.rules_dir or rules_dir()
 
     @property
     def effective_database_url(self) -> str:

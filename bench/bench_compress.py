@@ -427,7 +427,7 @@ def table(results: list[Result], log: Path, size_bytes: int) -> str:
     return "\n".join(lines)
 
 
-SHAPES = ("gen_log", "genlog", "survive5", "unfiltered", "short")
+SHAPES = ("gen_log", "genlog", "survive5", "unfiltered", "short", "unknown")
 
 
 def _generate_shape(shape: str, size_mb: float, out: Path, genlog: Path | None) -> bool:

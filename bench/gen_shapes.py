@@ -9,7 +9,11 @@ that compression drops. These shapes stress the other paths:
 - `unfiltered`: no line matches a filter rule: per-rank application log lines (~240 templates
   with timestamps, counters, durations) from 256 ranks on 32 hosts;
 - `short`: very short lines (nanoGPT's `iter N: loss X, time Yms`, ~40 bytes) from 8 ranks,
-  with one progress line per rank per step.
+  with one progress line per rank per step;
+- `unknown`: a trainer no filter rule knows: `it=N | lm_loss=X | gnorm Y | lr=Z | tok/s=W` from
+  64 ranks, and rank 0's markdown table row (`| it | train loss | grad norm |` header) per step;
+  every line survives filtering and its shape carries a training signal (app/core/signals.py),
+  so it measures the kept-shape path with metric sampling and progress in the C loop.
 
 Each ends with the same failure: a CUDA error traceback on rank 37 of host 10.0.0.15.
 
@@ -22,7 +26,7 @@ import argparse
 import random
 import sys
 
-SHAPES = ("survive5", "unfiltered", "short")
+SHAPES = ("survive5", "unfiltered", "short", "unknown")
 WORDS = ("tensor shard bucket layer stage parameter gradient buffer stream kernel cache tokenizer "
          "sampler optimizer scheduler checkpoint module attention embedding projection batch "
          "sequence dtype device offload pipeline micro window rotary norm dropout").split()
@@ -102,6 +106,19 @@ def short(rng: random.Random):
             yield f"{r}: iter {step}: loss {rng.uniform(1.5, 3):.4f}, time {rng.uniform(80, 140):.2f}ms"
 
 
+def unknown(rng: random.Random):
+    yield "| it | train loss | grad norm | tokens/s |"
+    yield "|----|------------|-----------|----------|"
+    step = 0
+    while True:
+        step += 1
+        for r in range(64):
+            ts = f"2026-11-30 {8 + step // 3600 % 12:02d}:{step // 60 % 60:02d}:{step % 60:02d}"
+            yield (f"{_host(r)}: [rank{r}]: {ts} trainer INFO | it={step} | lm_loss={rng.uniform(1.5, 3):.4f} | "
+                   f"gnorm {rng.uniform(0.1, 2):.3f} | lr={3e-4 * rng.random():.3e} | tok/s={rng.randint(9000, 13000)}")
+        yield f"| {step} | {rng.uniform(1.5, 3):.4f} | {rng.uniform(0.1, 2):.3f} | {rng.randint(500000, 800000)} |"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("shape", choices=SHAPES)
@@ -111,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     target = int(args.size_mb * (1 << 20))
-    gen = {"survive5": survive5, "unfiltered": unfiltered, "short": short}[args.shape](rng)
+    gen = {"survive5": survive5, "unfiltered": unfiltered, "short": short, "unknown": unknown}[args.shape](rng)
     written = 0
     with open(args.out, "w", encoding="utf-8", newline="\n") as fh:
         buf: list[str] = []

@@ -19,7 +19,9 @@ import regex
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-PROBES_FILE = Path(__file__).resolve().parents[2] / "rules" / "probes.yaml"
+from app import resources
+
+PROBES_FILE = resources.data_file("rules", "probes.yaml")  # the shipped health probes
 
 
 class _Strict(BaseModel):

@@ -15,9 +15,10 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from app import resources
 from app.core.types import Category, ErrorType, default_category, family_of
 
-RULES_FILE = Path(__file__).resolve().parents[2] / "rules" / "recovery.yaml"
+RULES_FILE = resources.data_file("rules", "recovery.yaml")  # the shipped recovery policy
 
 
 class RecoveryAction(StrEnum):

@@ -12,6 +12,9 @@
  * with the KEEP flag and a slot id: their lines are counted per slot (count, last line) here, and
  * only the rank and host of a line whose rank/host fields carry values not seen before for that
  * slot (a *variant*) go back to Python, so that a template's rank and host sets stay complete.
+ * A kept shape whose lines carry a training signal in a layout no filter rule knows (a loss-like
+ * value, a step counter: app/core/signals.py) also carries FLAG_KEEP_EXTRACT / FLAG_KEEP_PROGRESS
+ * (`mark_keep`): its lines are sampled and go to the progress ring like a filter rule's metric lines.
  * Lines of a `\r`-redrawn progress bar are dropped here when every segment's shape is known. The fields are
  * ranges of shape positions (the number of non-digit bytes before a digit run), learned by the
  * Python side from the shape's first line.
@@ -101,6 +104,22 @@ static PyObject *ShapeTable_add_prefix(ShapeTable *self, PyObject *args) {
     PyBuffer_Release(&line);
     if (table_get(self, key) < 0 && table_put(self, key, FLAG_PREFIX) < 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
+}
+
+/* mark_keep(line, extract, progress) -> bool: flag a kept shape's lines as metric samples and/or
+ * progress markers (a format-free training signal); False when the shape is not kept here. */
+static PyObject *ShapeTable_mark_keep(ShapeTable *self, PyObject *args) {
+    Py_buffer line;
+    int extract = 0, progress = 0;
+    if (!PyArg_ParseTuple(args, "y*pp", &line, &extract, &progress)) return NULL;
+    const unsigned char *p = line.buf;
+    uint64_t key = shape_hash(p, p + line.len);
+    PyBuffer_Release(&line);
+    int32_t v = table_get(self, key);
+    if (v < 0 || !(v & FLAG_KEEP)) Py_RETURN_FALSE;
+    v |= (extract ? FLAG_KEEP_EXTRACT : 0) | (progress ? FLAG_KEEP_PROGRESS : 0);
+    if (table_put(self, key, v) < 0) return PyErr_NoMemory();
+    Py_RETURN_TRUE;
 }
 
 static PyObject *ShapeTable_contains(ShapeTable *self, PyObject *args) {
@@ -231,6 +250,7 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
                 continue;
             }
         }
+        int extract = 0, progress = 0;
         if (!back && (v & FLAG_KEEP)) {
             kind = (Py_ssize_t)(v & KEEP_MASK) + 1;
             back = keep_line(self, v, p, end, line0 + idx, a, b);
@@ -238,9 +258,15 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
                 failed = 1;
                 break;
             }
+            extract = v & FLAG_KEEP_EXTRACT; /* (0 for plain kept shapes: nothing more to do) */
+            progress = v & FLAG_KEEP_PROGRESS;
         } else if (!back) {
             self->counts[v & VALUE_MASK]++;
-            if (v & FLAG_EXTRACT) {
+            extract = v & FLAG_EXTRACT;
+            progress = v & FLAG_PROGRESS;
+        }
+        if (extract | progress) {
+            if (extract) {
                 if (n_extract % every == 0) {
                     if (triples_push(&samples, idx, a, b) < 0) {
                         failed = 1;
@@ -255,7 +281,7 @@ static PyObject *scan_core(ShapeTable *self, Py_buffer *buf, Py_ssize_t start, P
                 }
                 n_extract++;
             }
-            if (v & FLAG_PROGRESS) {
+            if (progress) {
                 Py_ssize_t *slot = ring[n_prog % LAST_PROGRESS];
                 slot[0] = idx;
                 slot[1] = a;
@@ -351,6 +377,8 @@ static PyMethodDef ShapeTable_methods[] = {
      "add(line, rule_index, extract=False, progress=False): mark the line's shape droppable"},
     {"add_prefix", (PyCFunction)ShapeTable_add_prefix, METH_VARARGS,
      "add_prefix(segment): a \\r segment of this shape is only a launcher prefix"},
+    {"mark_keep", (PyCFunction)ShapeTable_mark_keep, METH_VARARGS,
+     "mark_keep(line, extract, progress) -> bool: sample / track as progress a kept shape's lines"},
     {"has", (PyCFunction)ShapeTable_contains, METH_VARARGS, "has(line): is the line's shape droppable"},
     {"scan", (PyCFunction)ShapeTable_scan, METH_VARARGS,
      "scan(chunk, sample_every) -> (n_lines, survivors (index, start, end), samples, last_progress_lines, n_extract)"},

@@ -10,6 +10,10 @@
 #define FLAG_PROGRESS 0x20000
 #define FLAG_PREFIX 0x40000 /* a \r segment that is only a launcher prefix: no shape of its own */
 #define FLAG_KEEP 0x40000000
+/* a kept shape whose lines carry a metric series / a step counter the format-free reader found
+ * (app/core/signals.py): sampled / tracked as progress like the droppable shapes' flags */
+#define FLAG_KEEP_EXTRACT 0x01000000
+#define FLAG_KEEP_PROGRESS 0x02000000
 #define VALUE_MASK 0xFFFF
 #define KEEP_MASK 0xFFFFFF
 #define LAST_PROGRESS 4

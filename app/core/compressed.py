@@ -12,8 +12,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from app.core import signals
 from app.core.binary import BINARY_RULE_ID, BINARY_SHARE
-from app.core.fields import extract_time
+from app.core.fields import DIGITS, extract_time
 from app.core.placement import RankHosts
 from app.core.ingest import IngestReport
 from app.core.rules import DiagnosisRule, RuleSet
@@ -106,6 +107,12 @@ class CompressedLog:
     rendered: str | None = None  # the compact text, rendered once the stats are final
     rank_hosts: dict[int, str] = field(default_factory=dict)  # global rank -> host (NCCL init lines)
     cut_short: bool = False  # reading stopped early (a limit, a damaged archive): the end of the log was not seen
+    # shapes of kept lines that carry a training signal in a layout no filter rule knows (shape ->
+    # ShapeSignal.as_row(), app/core/signals.py): the onset re-read reads their lines again
+    signal_shapes: dict[bytes, tuple] = field(default_factory=dict)
+    # the last progress marker is a format-free one (a kept line of a signal shape), not a filter
+    # rule's: rank.py asks more of it before reading a hang from it
+    inferred_progress: bool = False
 
     @property
     def text(self) -> str:
@@ -136,6 +143,7 @@ class Partial:
     binary_bytes: int = 0  # bytes of chunks judged binary (app/core/binary.py)
     binary_chunks: int = 0
     rank_hosts: RankHosts = field(default_factory=RankHosts)
+    signal_shapes: dict[bytes, tuple] = field(default_factory=dict)  # see CompressedLog
 
     # A range worker's findings travel to the parent pickled, with the templates as rows of plain
     # values (TemplateRow): thousands of Template objects cost tens of ms to pickle and unpickle,
@@ -263,6 +271,8 @@ def merge_partials(parts: list[Partial]) -> Partial:
         head.binary_bytes += part.binary_bytes
         head.binary_chunks += part.binary_chunks
         head.rank_hosts.merge(part.rank_hosts)
+        for shape, row in part.signal_shapes.items():
+            head.signal_shapes.setdefault(shape, row)
     return head
 
 
@@ -280,7 +290,7 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
     part.nan_points.sort(key=lambda p: p.line)
     templates = sorted(part.templates.values(), key=lambda t: t.first_line)
     steps = {p.line: p.step for p in part.metrics[-4 * RECENT_PROGRESS:]}
-    recent = [Progress(step=steps.get(line_no) or _step_of(ruleset, ptext), line=line_no,
+    recent = [Progress(step=steps.get(line_no) or _step_of(ruleset, ptext, part.signal_shapes), line=line_no,
                        time=extract_time(ptext), text=ptext[:500]) for line_no, ptext in part.progress]
     warnings = list(report.warnings)
     if part.binary_bytes:
@@ -300,7 +310,8 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
         rule_counts=part.rule_counts, metrics=part.metrics, nan_points=part.nan_points,
         last_progress=recent[-1] if recent else None, recent_progress=recent, stats=stats, known_ranks=part.known_ranks,
         known_hosts=part.known_hosts, flagged_lines=part.flagged[:MAX_FLAGGED], rank_hosts=part.rank_hosts.mapping(),
-        cut_short=report.cut_short,
+        cut_short=report.cut_short, signal_shapes=part.signal_shapes,
+        inferred_progress=bool(part.progress) and _signal_shape(part.progress[-1][1]) in part.signal_shapes,
         completed=next((p for p in reversed(recent) if _is_completion(ruleset, p.text or "")), None))
     body = render_body(log)
     out = render(log, body)
@@ -310,17 +321,30 @@ def build_log(part: Partial, ruleset: RuleSet, report: IngestReport) -> Compress
     return log
 
 
-def _step_of(ruleset: RuleSet, text: str) -> int | None:
+def _step_of(ruleset: RuleSet, text: str, signal_shapes: dict[bytes, tuple]) -> int | None:
     for rule in ruleset.filters:
         if rule.spec.progress and "step" in rule.regex.groupindex:
             m = rule.regex.search(text)
             if m and m.group("step") and m.group("step").isdigit():
                 return int(m.group("step"))
-    return None
+    if not signals.enabled():
+        return None
+    # a progress line of a layout no filter rule knows, read as its shape was (a table row under
+    # its header): app/core/signals.py
+    row = signal_shapes.get(_signal_shape(text))
+    if row is not None:
+        reading = signals.ShapeSignal.from_row(row).read(text)
+        return reading.step if reading is not None else None
+    return signals.step_of(text)
+
+
+def _signal_shape(text: str) -> bytes:
+    return text.encode("utf-8", "replace").translate(None, DIGITS)
 
 
 def _is_completion(ruleset: RuleSet, text: str) -> bool:
     return any(rule.spec.completion and rule.regex.search(text) for rule in ruleset.filters)
+
 
 
 def _fmt_set(values: Iterable, limit: int = 8) -> str:

@@ -18,10 +18,11 @@ from operator import not_
 
 import re2
 
-from app.core import regexcache
+from app.core import regexcache, signals
 from app.core.binary import BINARY_SHARE, BINARY_RULE_ID, is_text_line, nontext_share
 from app.core.compressed import (
-    BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, Occurrence, Partial, Template,
+    BINARY_TEXT, MAX_FLAGGED, MAX_SET_MEMBERS, MAX_TEMPLATES, RECENT_PROGRESS, CompressedLog, MetricPoint, Occurrence,
+    Partial, Template,
     build_log, decode_line,
 )
 from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, is_prefix_only, rank_match
@@ -33,6 +34,7 @@ from app.core.metricsample import METRIC_SAMPLES_PER_CHUNK, MetricSampler
 from app.core.matcher import Hit
 from app.core.placement import RankHosts
 from app.core.rules import DiagnosisRule, RuleSet
+from app.core.signals import ShapeSignal, SignalReader
 
 try:  # the optional C scan loop (setup.py builds it; pure Python is the fallback)
     from app.core._shapescan import ShapeTable
@@ -94,6 +96,11 @@ class Compressor:
         self._table = ShapeTable(max(1, len(ruleset.filters)), MAX_SET_MEMBERS) if (use_c and ShapeTable is not None) else None
         self._sample_every = 1
         self._metrics = MetricSampler(self._note_rank)
+        # format-free training signals (app/core/signals.py): every shape's first line is read for
+        # a loss-like value or a step counter; kept shapes that carry one, and their signal
+        self._signals = SignalReader() if signals.enabled() else None
+        self._sig: dict[bytes, ShapeSignal] = {}
+        self._chunk_sig: list[tuple[int, ShapeSignal]] = []  # C path: (index, signal) of survivors
         digit_sensitive = ruleset.derived("digit_sensitivity", lambda: DigitSensitivity(ruleset.diagnosis))
         self._slots = KeptSlots(self._table, digit_sensitive, line_cap, MAX_SHAPE_CACHE,
                                 self._known_ranks, self._known_hosts)
@@ -217,6 +224,7 @@ class Compressor:
         samples: list[tuple[int, int, int]] = []
         progress: list[tuple[int, int, int]] = []  # candidates for the chunk's last progress lines
         idx = start = n_extract = 0
+        self._chunk_sig.clear()
         while True:
             # in batches: shapes judged in one batch are dropped/counted by C in the next
             idx, start, survivors, samp, prog, n_extract = table.scan_from(
@@ -236,11 +244,20 @@ class Compressor:
                         late.append((i, raw, idx_rule))
                     continue
                 if slots.slot_of and table.probe_keep(raw, base + i) == 0:  # kept since; counted by C
-                    slots.note_last_counted(slots.slot_of[raw.translate(None, DIGITS)], base + i, raw)
+                    shape = raw.translate(None, DIGITS)
+                    slots.note_last_counted(slots.slot_of[shape], base + i, raw)
+                    if self._sig and (sig := self._sig.get(shape)) is not None and not sig.nonfinite:
+                        self._chunk_sig.append((i, sig))
                     continue
                 self._survivor(view, None, i, base, raw=raw)
             if start >= length:
                 break
+        for i, sig in self._chunk_sig:  # kept lines of a signal shape that Python saw in this chunk
+            a, b = spans[i]
+            if sig.progress:
+                progress.append((i, a, b))
+            if sig.extract:
+                late.append((i, bytes(mv[a:b]), sig))
         n = idx
         self.lines_in += n
         view._count = n
@@ -252,6 +269,11 @@ class Compressor:
         for i, raw, idx_rule in points:
             if idx_rule is None:
                 raw = bytes(mv[raw[0]:raw[1]])
+                if self._sig:  # a sample of a kept signal shape (flagged in C by mark_keep)?
+                    idx_rule = self._sig.get(raw.translate(None, DIGITS))
+            if isinstance(idx_rule, ShapeSignal):
+                self._metrics.extract_signal(idx_rule, decode_line(raw), base + i)
+                continue
             rule = rules[self._c_rule_of(raw) if idx_rule is None else idx_rule]
             self._metrics.extract(rule, decode_line(raw), base + i)
         for i, a, b in sorted(progress)[-RECENT_PROGRESS:]:
@@ -313,6 +335,7 @@ class Compressor:
             segments = [(s, r) for s, r in zip(text.split("\r"), raw.split(b"\r")) if s.strip()]
             if segments and self._cr_line(segments, line_no, lines, i, base):
                 return
+        new_shape = False
         if shape not in self._keep and len(shape) <= self.line_cap:
             idx = self._judge(text)
             if idx is not None:
@@ -324,13 +347,52 @@ class Compressor:
                 return
             if len(self._keep) < MAX_SHAPE_CACHE:
                 self._keep.add(shape)
+            new_shape = True
         kept = self._keep_line(text, line_no, lines, i, base)
+        if new_shape and self._signals is not None:  # (an error or error-looking line is no step line)
+            self._learn_signal(shape, text, kept[1] is None or (kept[0] is not None and kept[0].flagged))
         if kept[0] is not None:
             self.lines_kept += 1
         else:
             self.overflow_lines += 1
         if self._slots.undecided(shape):
             self._slots.learn(shape, raw, text, kept)
+            if self._table is not None and (sig := self._sig.get(shape)) is not None and not sig.nonfinite:
+                self._table.mark_keep(raw, sig.extract, sig.progress)
+        if self._sig and (sig := self._sig.get(shape)) is not None:
+            self._signal_line(sig, text, line_no, i, kept[1] is None)
+
+    def _learn_signal(self, shape: bytes, text: str, diagnosed: bool) -> None:
+        """The first line of a new kept shape: does it carry a training signal (a loss-like value,
+        a step counter) in a layout no filter rule knows? Once per shape, never per line. A line
+        that is evidence of an error (a bar with a watchdog timeout glued to it) is no progress."""
+        sig = self._signals.classify(text)
+        if sig is None or len(self._sig) >= MAX_SHAPE_CACHE or (diagnosed and not sig.nonfinite):
+            return
+        self._sig[shape] = sig
+        if self._table is None and not sig.nonfinite:  # the pure-Python loop reads them by shape
+            if sig.progress:
+                self._progress_shapes.add(shape)
+            if sig.extract:
+                self._extract[shape] = sig
+
+    def _signal_line(self, sig: ShapeSignal, text: str, line_no: int, i: int, diagnosed: bool) -> None:
+        """A kept line of a signal shape that reached Python: a non-finite value becomes a NaN
+        point (unless a diagnosis rule already made it evidence); on the C path, a progress or
+        metric line is noted for the end of the chunk (the pure-Python loop finds them by shape)."""
+        if sig.nonfinite:
+            if not diagnosed:
+                self._nonfinite_point(sig.read(text), text, line_no)
+        elif self._table is not None:
+            self._chunk_sig.append((i, sig))
+
+    def _nonfinite_point(self, reading, text: str, line_no: int) -> None:
+        if reading is None or not reading.nonfinite:
+            return
+        nan = self._metrics.nan
+        if nan and nan[-1].line == line_no:  # (a filter rule's extraction read it already)
+            return
+        self._metrics.add(MetricPoint(line_no, reading.step, reading.values, text[:500]))
 
     def _cr_line(self, segments: list[tuple[str, bytes]], line_no: int, lines, i: int, base: int) -> bool:
         """A `\\r`-rewritten line (progress bar): its segments (text, raw) are judged one by one,
@@ -384,6 +446,8 @@ class Compressor:
         if rule.spec.extract:
             self._extract[shape] = idx
             self._metrics.extract(rule, text, line_no)
+        if self._signals is not None:  # a nan/inf the rule does not read (a key it skips)
+            self._nonfinite_point(signals.nonfinite_reading(text), text, line_no)
         if rule.spec.progress:
             self._progress_shapes.add(shape)
             self._note_progress(line_no, raw)
@@ -405,6 +469,8 @@ class Compressor:
                 self._table.add(raw, idx, rule.spec.extract, rule.spec.progress)
             if rule.spec.extract:
                 self._metrics.extract(rule, seg, line_no)
+            if self._signals is not None:
+                self._nonfinite_point(signals.nonfinite_reading(seg), seg, line_no)
         return idx
 
     def _keep_line(self, text: str, line_no: int, lines: list[bytes], i: int, base: int):
@@ -525,7 +591,8 @@ class Compressor:
             known_hosts=self._known_hosts, dropped_by_rule=dropped_by_rule,
             lines_dropped=lines_dropped, lines_in=self.lines_in, lines_kept=self.lines_kept,
             bytes_in=self.bytes_in, lines_cut=self.lines_cut, overflow_lines=self.overflow_lines,
-            binary_bytes=self.binary_bytes, binary_chunks=self.binary_chunks, rank_hosts=self.rank_hosts)
+            binary_bytes=self.binary_bytes, binary_chunks=self.binary_chunks, rank_hosts=self.rank_hosts,
+            signal_shapes={shape: sig.as_row() for shape, sig in self._sig.items()})
 
     def finish(self, report: IngestReport) -> CompressedLog:
         return build_log(self.partial(), self.ruleset, report)

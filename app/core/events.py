@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from app.core import regexcache
+from app.core import regexcache, signals
 from app.core.compressed import CompressedLog, MetricPoint, Occurrence
 from app.core.fields import fold_key
 from app.core.types import ActionKind, Category, ErrorType, Role, default_category
@@ -167,16 +167,25 @@ def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
     when the log shows no training (no metric point, no progress marker) before it; else unknown."""
     if m := _STEP_ON_LINE.search(ev.text):
         return int(m.group(1))
+    if signals.enabled() and (step := signals.step_of(ev.text, epochs=False)) is not None:
+        return step
     if (m := _EPOCH_ON_LINE.search(ev.text)) and int(m.group(1)) >= 1:
         return EPOCH_STEPS  # a whole epoch (or more) of training came before it
-    if any(p.line < ev.first_line for p in log.metrics) or any(p.line < ev.first_line for p in log.recent_progress):
-        return None
+    prior = [p for p in log.recent_progress if p.line < ev.first_line]
+    if prior and prior[-1].step is not None and signals.enabled():  # the step training had reached
+        return prior[-1].step
+    if prior or any(p.line < ev.first_line for p in log.metrics):
+        return None  # (metric lines before it: a logger prints one every N steps, N unknown)
     return 0
 
 
 def _step_of(text: str) -> int | None:
     m = _STEP_ON_LINE.search(text)
-    return int(m.group(1)) if m else None
+    if m:
+        return int(m.group(1))
+    # a layout `_STEP_ON_LINE` misses (`epoch: 3451 loss: nan`, a bar's `2/8614 [00:00<...`,
+    # `num_updates=700`): app/core/signals.py
+    return signals.step_of(text) if signals.enabled() else None
 
 
 def _set_onset(ev: ErrorEvent, metrics: list[MetricPoint], step: int | None) -> None:

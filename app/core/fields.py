@@ -19,6 +19,7 @@ from __future__ import annotations
 import regex
 
 from app.core import regexcache
+from app.core.hostlist import expand_or_keep
 
 _RANK_RES = [
     regexcache.compile(r"\[(?:rank|Rank|RANK)\s?(\d{1,6})\]"),
@@ -33,7 +34,7 @@ _IPV4 = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9
 _PREFIX_HOST = "(?:" + _IPV4 + "|" + _HOST_TOKEN + ")"
 # tags launchers put before the program's own text: `[1,4]<stdout>:` (mpirun --tag-output, maybe
 # behind its ISO timestamp), `[default0]:`, `[rank3]:`, `[3]`
-_TAGS = (r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?:\s)?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
+_TAGS = (r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?:?\s|\[\d{4}-\d\d-\d\d[ T][\d:.,]+\]\s)?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
          r"|\[(?:rank|Rank)\d+\]:|\[\d+\])?")
 # a shell prompt: `(venv) root@node1:~/dir# cmd`, `user@host:~$ cmd`, zsh `user@host ~ % cmd`,
 # `[user@host dir]$ cmd`; the prompt's syntax says it is a host, so any host name goes
@@ -71,6 +72,54 @@ _HOST_RES = [
     _MPICH_HOST_RE,
     _NAMED_HOST_RE,
 ]
+# hosts a message names as where the fault is, whoever printed the line: the remote side of a
+# transport error ("Got completion from peer 10.0.0.7<48598>", "Connection closed by remote peer
+# node-3"), a node a scheduler or Ray reports lost ("Node failure on worker-1", "nodes
+# gpu[01-03] ... NODE_FAIL", "Owner Ip address: 10.0.0.9", "node ... address: 10.0.0.9 ... marked
+# dead"), a Kubernetes node ("node \"gpu-node-7\" not ready", "evicted from node gpu-node-7"). A
+# Slurm host list (`node[01-04,07]`) names each of its hosts.
+_HOSTLIST = r"[A-Za-z][A-Za-z0-9_-]*\[[\d,\s-]+\][A-Za-z0-9_-]*"
+_LOCATED_HOST = "(?:" + _HOSTLIST + "|" + _IPV4 + "|" + _HOST_TOKEN + ")"
+_LOCATED_RES = [
+    regexcache.compile(r"\b(?:from|to|by|with)\s+(?:remote\s+)?peer\s+\(?(" + _LOCATED_HOST + r")"),
+    regexcache.compile(r"\bremote (?:host|peer|process)\s+\(?(" + _LOCATED_HOST + r")"),
+    # NCCL writes a socket's address as `ip<port>` (ncclSocketToString): the other end of the link
+    regexcache.compile(r"(?<![\w.])(" + _IPV4 + r")<\d{1,5}>"),
+    regexcache.compile(r"(?i)\bnode failure on\s+(" + _LOCATED_HOST + r")"),
+    regexcache.compile(r"\b(?:nodes?|NodeList=|node_list=)\s?[\"']?(" + _HOSTLIST + r")"),
+    regexcache.compile(r"\b[Nn]odes?\s+\"?(" + _LOCATED_HOST + r")\"?\s+(?:(?:is|was|has been)\s+)?"
+                       r"(?:not responding|down|failed|fail|NotReady|not ready|unreachable|marked dead|"
+                       r"lost|rebooted|had condition)"),
+    regexcache.compile(r"\b(?:evicted from|on|from) node \"?(" + _LOCATED_HOST + r")\"?"),
+    regexcache.compile(r"\bOwner Ip address:\s*(" + _IPV4 + r")"),
+    regexcache.compile(r"\bnode_ip(?:_address)?[=:]\s*['\"]?(" + _IPV4 + r")"),
+    regexcache.compile(r"(?i)\bnode (?:id[: ]+\S+ )?(?:and )?(?:address|ip)[: ]+(" + _IPV4 + r")"),
+]
+_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<")
+
+
+def located_hosts(text: str) -> list[str]:
+    """Hosts the message names as where the fault lies (see `_LOCATED_RES`), in line order, host
+    lists expanded; [] for most lines (each pattern runs only on a line holding its literal)."""
+    if not any(lit in text for lit in _LOCATED_LITERALS):
+        return []
+    found: list[tuple[int, str]] = []
+    for rx in _LOCATED_RES:
+        for m in rx.finditer(text):
+            token = m.group(1).rstrip(".,:;")
+            if token in _NOT_HOSTS or token.endswith(("Error", "Exception")) or token.lower() in _NOT_LOCATED:
+                continue
+            found.append((m.start(1), token))
+    out: list[str] = []
+    for _, token in sorted(found):
+        for host in expand_or_keep(token):
+            if host not in out:
+                out.append(host)
+    return out
+
+
+_NOT_LOCATED = {"the", "a", "an", "is", "was", "has", "with", "and", "or", "in", "id", "ids", "rank",
+                "failure", "failures", "selector", "affinity", "local", "manager", "process", "group"}
 _HOST_ANCHORED = _HOST_RES[:-3]  # host_match searches these always, the last three on a literal
 _NOT_HOSTS = {"Traceback", "File", "RuntimeError", "Error", "WARNING", "INFO", "ERROR", "NCCL", "kernel",
               "wandb", "Epoch", "iteration", "rank", "Rank", "torch", "NVRM", "Xid", "node"}

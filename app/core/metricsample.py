@@ -14,6 +14,7 @@ from itertools import compress
 
 from app.core.compressed import MAX_METRIC_POINTS, MetricPoint, decode_line, thin_metrics
 from app.core.rules import MATCH_TIMEOUT_S, FilterRule
+from app.core.signals import ShapeSignal
 
 METRIC_SAMPLES_PER_CHUNK = 64
 MAX_NAN_POINTS = 100
@@ -68,7 +69,21 @@ class MetricSampler:
                     values[name] = v
         step_raw = groups.get("step")
         step = int(step_raw) if step_raw and step_raw.isdigit() else None
-        point = MetricPoint(line_no, step, values, text[:500])
+        self.add(MetricPoint(line_no, step, values, text[:500]))
+
+    def extract_signal(self, signal: ShapeSignal, text: str, line_no: int) -> None:
+        """Read a line of a shape the format-free reader recognised (app/core/signals.py)."""
+        if line_no in self._extracted:
+            return
+        self._extracted.add(line_no)
+        self._note_rank(text)
+        reading = signal.read(text)
+        if reading is not None and reading.values:
+            self.add(MetricPoint(line_no, reading.step, reading.values, text[:500]))
+
+    def add(self, point: MetricPoint) -> None:
+        """A metric point: into the NaN points when its loss or grad norm is not finite."""
+        values = point.values
         loss, grad_norm = values.get("loss", 0.0), values.get("grad_norm", 0.0)
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # a NaN/inf loss or grad norm
             if len(self.nan) < MAX_NAN_POINTS:
@@ -80,9 +95,10 @@ class MetricSampler:
                 self.points = thin_metrics(self.points)
 
     def sample(self, lines: list[bytes], shapes: list[bytes], base: int, first: int,
-               extract: dict[bytes, int], rules: list[FilterRule]) -> None:
+               extract: dict[bytes, int | ShapeSignal], rules: list[FilterRule]) -> None:
         """Pure-Python scan loop: read up to METRIC_SAMPLES_PER_CHUNK evenly spaced lines of
-        `lines` (which holds shapes[first:]) whose shape is in `extract` (shape -> rule index)."""
+        `lines` (which holds shapes[first:]) whose shape is in `extract` (shape -> rule index,
+        or the ShapeSignal of a kept shape the format-free reader recognised)."""
         idx = list(compress(range(first, len(shapes)), map(extract.__contains__, shapes[first:] if first else shapes)))
         if not idx:
             return
@@ -91,4 +107,8 @@ class MetricSampler:
         if picked[-1] != idx[-1]:
             picked.append(idx[-1])
         for i in picked:
-            self.extract(rules[extract[shapes[i]]], decode_line(lines[i - first]), base + i)
+            how = extract[shapes[i]]
+            if isinstance(how, ShapeSignal):
+                self.extract_signal(how, decode_line(lines[i - first]), base + i)
+            else:
+                self.extract(rules[how], decode_line(lines[i - first]), base + i)

@@ -19,11 +19,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from app.core import signals
 from app.core.compressed import MetricPoint, decode_line
+from app.core.fields import DIGITS
 from app.core.events import ErrorEvent, is_spike
 from app.core.ingest import IngestReport, iter_chunks
 from app.core.metricsample import MetricSampler
 from app.core.rules import RuleSet
+from app.core.signals import ShapeSignal
 from app.core.types import ErrorType
 
 MAX_REREAD_LINES = 2_000_000  # lines between the bounds parsed at most (a bound on the work)
@@ -35,10 +38,15 @@ def rereadable(source: object) -> Path | None:
     return None
 
 
-def _points_between(path: Path, ruleset: RuleSet, lo: int, hi: int) -> list[MetricPoint]:
-    """Every metric point (finite or not) on lines lo < n <= hi, in order."""
+def _points_between(path: Path, ruleset: RuleSet, lo: int, hi: int,
+                    signal_shapes: dict[bytes, tuple] | None = None) -> list[MetricPoint]:
+    """Every metric point (finite or not) on lines lo < n <= hi, in order: of the filter rules
+    that extract metrics, and of the kept shapes the format-free reader recognised
+    (`signal_shapes`, CompressedLog.signal_shapes)."""
     filters, diag = ruleset.matchers()
     sampler = MetricSampler(lambda _text: None)
+    shapes = {shape: ShapeSignal.from_row(row) for shape, row in (signal_shapes or {}).items()} \
+        if signals.enabled() else {}
     line_no = 0
     for chunk in iter_chunks(path, IngestReport()):
         n = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
@@ -52,6 +60,9 @@ def _points_between(path: Path, ruleset: RuleSet, lo: int, hi: int) -> list[Metr
             if line_no > hi:
                 break
             text = decode_line(raw)
+            if shapes and (sig := shapes.get(raw.translate(None, DIGITS))) is not None:
+                sampler.extract_signal(sig, text, line_no)
+                continue
             idx = filters.first(text)
             if idx is None or diag.any(text) or not ruleset.filters[idx].spec.extract:
                 continue
@@ -68,16 +79,18 @@ def _bad(point: MetricPoint, ev: ErrorEvent) -> bool:
     return loss is not None and math.isfinite(loss) and ev.baseline is not None and is_spike(loss, ev.baseline)
 
 
-def refine_onset(source: object, ruleset: RuleSet, ev: ErrorEvent | None) -> bool:
+def refine_onset(source: object, ruleset: RuleSet, ev: ErrorEvent | None,
+                 signal_shapes: dict[bytes, tuple] | None = None) -> bool:
     """Move a spike / non-finite event's onset to the first bad metric line after its last
-    healthy sample, reading the log again; True when the bounds changed."""
+    healthy sample, reading the log again; True when the bounds changed. `signal_shapes`: the
+    log's CompressedLog.signal_shapes (metric lines of layouts no filter rule knows)."""
     if ev is None or ev.error_type not in (ErrorType.LossSpike, ErrorType.NaNLoss):
         return False
     path = rereadable(source)
     lo, hi = ev.last_good_line, ev.first_line
     if path is None or hi - lo <= 1 or hi - lo > MAX_REREAD_LINES:
         return False
-    points = _points_between(path, ruleset, lo, hi)
+    points = _points_between(path, ruleset, lo, hi, signal_shapes)
     # the event's own line may be no metric point (a diagnosis rule matched it): then every
     # point read is before the onset
     first_bad = next((i for i, p in enumerate(points) if _bad(p, ev)), len(points))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import EllipsisType
 from typing import BinaryIO
 
 from app import __version__
@@ -16,12 +17,13 @@ from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
 from app.core.ingest import Limits
 from app.core.onset import refine_onset
-from app.core.placement import JobPlacement, name_hosts, session_host
+from app.core import ablation
+from app.core.placement import JobPlacement, name_hosts, ranked_suspect_hosts, session_host
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
 from app.core.rules import RuleSet, load_rules
 from app.core.secrets import redact_obj
-from app.core.types import Action, ActionKind, DecidedBy, Diagnosis, Versions
+from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, Versions
 
 Source = str | Path | BinaryIO
 
@@ -78,8 +80,10 @@ def _preceding(log: CompressedLog, ev: ErrorEvent | None) -> tuple[str, ...]:
 
 
 class Pipeline:
-    def __init__(self, ruleset: RuleSet | None = None, *, rules_dir: Path | str | None = None) -> None:
-        self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir)
+    def __init__(self, ruleset: RuleSet | None = None, *, rules_dir: Path | str | None = None,
+                 overlay: Path | str | None | EllipsisType = ...) -> None:
+        """`overlay`: a site's rule files loaded beside `rules_dir`'s (`...`: $LOGDX_RULES_OVERLAY)."""
+        self.ruleset = ruleset if ruleset is not None else load_rules(rules_dir, overlay=overlay)
 
     def compress(self, source: Source, *, on_progress: Callable[[int], None] | None = None,
                  workers: int | None = None, limits: Limits | None = None) -> CompressedLog:
@@ -100,10 +104,10 @@ class Pipeline:
         loss's onset is then found exactly (app/core/onset.py), not at the next sampled line."""
         events = events_from_log(log)
         ranking = rank_events(events, log)
-        if source is not None and refine_onset(source, self.ruleset, ranking.root_event):
+        if source is not None and refine_onset(source, self.ruleset, ranking.root_event, log.signal_shapes):
             events.sort(key=lambda e: e.first_line)
             ranking = rank_events(events, log)
-        action = self.decide_action(ranking, log, job=job)
+        action = self.decide_action(ranking, log, job=job, events=events)
         diagnosis = Diagnosis(
             root_cause=ranking.root, co_occurring=ranking.co_occurring, action=action,
             decided_by=DecidedBy.RULES, compression=log.stats, last_progress=log.last_progress,
@@ -113,7 +117,8 @@ class Pipeline:
         diagnosis = redact_obj(diagnosis)
         return DiagnosisResult(diagnosis, log, events, ranking, job)
 
-    def decide_action(self, ranking: Ranking, log: CompressedLog, *, job: JobPlacement | None = None) -> Action:
+    def decide_action(self, ranking: Ranking, log: CompressedLog, *, job: JobPlacement | None = None,
+                      events: list[ErrorEvent] | None = None) -> Action:
         root, ev = ranking.root, ranking.root_event
         ctx = PolicyContext(
             error_type=root.error_type, category=root.category, confidence=root.confidence,
@@ -122,7 +127,8 @@ class Pipeline:
             known_ranks=frozenset(log.known_ranks),
             hosts=tuple(sorted(ev.hosts)) if ev else (),
             spike_step_index=ev.spike_index if ev else None,
-            only_symptoms=ranking.only_symptoms, preceding=_preceding(log, ev))
+            only_symptoms=ranking.only_symptoms, preceding=_preceding(log, ev),
+            root_lines=tuple(o.text for o in ev.occurrences[:50]) if ev else ())
         decision = decide(ctx, self.ruleset.policies)
         hosts: list[str] = []
         ranks: list[int] = []
@@ -132,6 +138,15 @@ class Pipeline:
             ranks = sorted({o.rank for o in ev.occurrences if o.rank is not None})
         elif decision.policy_id == "nccl-timeout-silent-rank":
             ranks = silent_ranks(ctx)
+        if ev is not None and ablation.enabled("hosts") and root.category is Category.INFRASTRUCTURE:
+            # where an infrastructure fault lies, most likely first, whatever the action: only an
+            # isolate drains (after the probe), a retry's hosts count towards repeat offenders
+            isolate = decision.kind is ActionKind.ISOLATE_AND_RESTART
+            hosts = ranked_suspect_hosts(ev, printers=None if isolate else 2)
+            if not hosts:  # "remote process exited or network error": the IB error beside it names the peer
+                others = [e for e in events or () if e is not ev and e.category is Category.INFRASTRUCTURE]
+                for other in sorted(others, key=lambda e: e.first_line):
+                    hosts += [h for h in ranked_suspect_hosts(other, printers=0) if h not in hosts]
         reason = decision.reason
         if ranks and decision.policy_id == "nccl-timeout-silent-rank":
             reason += f" Silent rank(s): {', '.join(map(str, ranks))}."

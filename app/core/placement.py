@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from app.core import regexcache
-from app.core.fields import MPICH_ABORT, mpich_abort, prompt_host, split_launcher_prefix
+from app.core.fields import MPICH_ABORT, located_hosts, mpich_abort, prompt_host, split_launcher_prefix
 from app.core.types import Action, ActionKind
 
 try:  # memmem without the GIL (app/core/_shapescan.c); bytes.find is the fallback
@@ -172,6 +172,24 @@ def session_host(templates, line: int) -> str | None:
         if t.count > 2 and t.last_line > at and t.hosts != {host}:
             return None
     return host
+
+
+def ranked_suspect_hosts(ev, *, printers: int | None = None) -> list[str]:
+    """The hosts of an event, most likely first: those its messages name as where the fault lies
+    (a transport error's remote peer, a node a scheduler or Ray reports lost, each host of a Slurm
+    host list: `fields.located_hosts`), then the hosts that printed its lines in line order, then
+    any other host seen on it. With `printers`, the printing hosts count only when at most that
+    many printed it: an error every host printed (a collective timeout) points at none of them."""
+    out: list[str] = []
+    for occ in ev.occurrences:
+        out += [h for h in located_hosts(occ.text) if h not in out]
+    printed = [o.host for o in ev.occurrences if o.host]
+    if printers is not None and len(set(printed) | set(ev.hosts)) > printers:
+        return out
+    for host in printed:
+        if host not in out:
+            out.append(host)
+    return out + sorted(h for h in ev.hosts if h not in out)
 
 
 def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None,

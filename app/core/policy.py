@@ -30,6 +30,8 @@ class PolicyContext:
     only_symptoms: bool = False
     # text of the lines up to and including the root cause's first line (the last ones kept)
     preceding: tuple[str, ...] = ()
+    # the root cause's own lines (its first occurrences)
+    root_lines: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
 
@@ -48,7 +50,26 @@ def silent_ranks(ctx: PolicyContext) -> list[int]:
     return sorted(universe - ctx.event_ranks)
 
 
+# torch's ProcessGroupNCCL numbers a group's collectives: `WorkNCCL(SeqNum=1, OpType=ALLGATHER ...)`,
+# `... watchdog at work: 2, last enqueued NCCL work: 2, last completed NCCL work: 0.`
+_SEQNUM = regex.compile(r"\bSeqNum=(\d+)")
+_LAST_COMPLETED = regex.compile(r"last completed (?:NCCL )?work: (-?\d+)")
+FIRST_COLLECTIVES = 2
+
+
+def _first_collective(ctx: PolicyContext) -> bool:
+    """The timed-out collectives are the process group's first ones (every SeqNum the root cause
+    names is at most FIRST_COLLECTIVES, or no work of the group ever completed): the ranks never
+    connected, which a restart repeats. A timeout after thousands of collectives is not this."""
+    seqs = [int(m.group(1)) for line in ctx.root_lines for m in _SEQNUM.finditer(line)]
+    done = [int(m.group(1)) for line in ctx.root_lines for m in _LAST_COMPLETED.finditer(line)]
+    if done:
+        return max(done) <= 0
+    return bool(seqs) and max(seqs) <= FIRST_COLLECTIVES
+
+
 CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
+    "first_collective": _first_collective,
     "silent_ranks": _silent_ranks,
     "early_in_run": lambda ctx: ctx.spike_step_index is not None and ctx.spike_step_index < 10,
     "low_confidence": lambda ctx: ctx.confidence < 0.4,

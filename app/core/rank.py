@@ -277,6 +277,16 @@ def _no_events(log: CompressedLog) -> Ranking:
             f"training finished normally (line {done.line}: {(done.text or '').strip()[:200]}) and no error "
             "follows. If the job did not exit after this, it hung in shutdown (take stack dumps).",
             [Evidence(line=done.line, text=(done.text or "")[:2000])])
+    if log.last_progress is not None and log.inferred_progress and log.stats.lines_in <= log.last_progress.line:
+        # a format-free progress marker (app/core/signals.py) is inferred from a line's layout, not
+        # known to be the trainer's step line: the stall must show (output after it that never
+        # advances); an excerpt that ends on one shows training going on
+        p = log.last_progress
+        return _no_failure(
+            f"training progressed up to the log's last line ({p.line}"
+            + (f", step {p.step}" if p.step is not None else "")
+            + ") and nothing after it shows a stall. If the job was stopped for making no progress, "
+            "take stack dumps.", [Evidence(line=p.line, text=(p.text or "")[:2000])])
     if log.last_progress is not None:
         p = log.last_progress
         rc = RootCause(

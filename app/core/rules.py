@@ -22,6 +22,7 @@ cache was written). The rule specs are plain dataclasses, so a warm cache import
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from types import EllipsisType
 
 import regex
 
+from app import resources
 from app.core import regexcache
 from app.core.rule_specs import (  # noqa: F401 - the specs are part of this module's interface
     DiagnosisRuleSpec, Examples, FilterKind, FilterRuleSpec, PolicySpec, RuleFile, _RuleBase,
@@ -36,7 +38,13 @@ from app.core.rule_specs import (  # noqa: F401 - the specs are part of this mod
 from app.core.types import Category, Role, default_category
 from app.core.validation import error_message, validate
 
-DEFAULT_RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
+
+def __getattr__(name: str):  # DEFAULT_RULES_DIR, found on first use (app/resources.py)
+    if name == "DEFAULT_RULES_DIR":
+        return resources.rules_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 GROUP_NAMES = {"rank", "host", "gpu", "xid", "exc", "pid", "node", "local_rank", "signal",
                "step", "loss", "grad_norm", "loss_scale", "lr", "throughput", "time", "detail"}
 DEFAULT_PRIORITY = {Role.CAUSE: 50, Role.WRAPPER: 20, Role.SYMPTOM: 10}
@@ -260,20 +268,48 @@ def _prune_cache(directory: Path, keep: Path) -> None:
         pass
 
 
-def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] | None = None) -> RuleSet:
-    """Load, validate and compile every `*.yaml` under `rules_dir` (recursively); from the
-    rules cache when the files and the schema code are unchanged."""
-    root = Path(rules_dir) if rules_dir else DEFAULT_RULES_DIR
+OVERLAY_ENV = "LOGDX_RULES_OVERLAY"
+
+
+def overlay_from_env() -> Path | None:
+    """The site's overlay directory named by $LOGDX_RULES_OVERLAY (unset or empty: none)."""
+    value = os.environ.get(OVERLAY_ENV, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] | None = None,
+               overlay: Path | str | None | EllipsisType = ...) -> RuleSet:
+    """Load, validate and compile every `*.yaml` under `rules_dir` (recursively; unset: the
+    rules shipped with logdx), then under `overlay`, a site's own rule files loaded beside them
+    (`...`: $LOGDX_RULES_OVERLAY; None: no overlay). A rule id defined twice, within or across
+    the two, is an error naming both files. From the rules cache when the files and the schema
+    code are unchanged."""
+    if rules_dir:
+        root = Path(rules_dir)
+    else:
+        try:
+            root = resources.rules_dir()
+        except resources.DataNotFound as exc:
+            raise RuleError(str(exc)) from None
     if not root.is_dir():
         raise RuleError(f"rules directory not found: {root}")
-    paths = sorted(root.rglob("*.yaml")) + list(extra_files or [])
+    extra = sorted(root.rglob("*.yaml")) + list(extra_files or [])
+    overlay_root = overlay_from_env() if overlay is ... else (Path(overlay) if overlay else None)
+    if overlay_root is not None:
+        if not overlay_root.is_dir():
+            raise RuleError(f"rules overlay directory not found: {overlay_root} ({OVERLAY_ENV})")
+        if overlay_root.resolve() == root.resolve():
+            raise RuleError(f"the rules overlay {overlay_root} is the rules directory itself")
+        extra += [p.resolve() for p in sorted(overlay_root.rglob("*.yaml"))]
+    paths = extra
     digest = hashlib.sha256()  # of every file: the cache key (the version covers rule files only)
     for path in paths:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     cache_dir = regexcache.cache_dir()
     cache_path = None
     if cache_dir is not None:
-        key = hashlib.sha256(_schema_digest() + digest.digest() + str(root.resolve()).encode()).hexdigest()[:32]
+        where = str(root.resolve()) + ("\0" + str(overlay_root.resolve()) if overlay_root is not None else "")
+        key = hashlib.sha256(_schema_digest() + digest.digest() + where.encode()).hexdigest()[:32]
         cache_path = cache_dir / f"{key}.pickle"
         cached = _read_cache(cache_path)
         if cached is not None:
@@ -296,12 +332,19 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
         if rf is None:
             continue
         version.update(path.name.encode() + b"\0" + path.read_bytes())
-        rel = str(path.relative_to(root)) if path.is_relative_to(root) else path.name
+        # an overlay's file is named by its full path: it may share a name with a shipped one
+        rel = str(path.relative_to(root)) if path.is_relative_to(root) else \
+            str(path) if path.is_absolute() else path.name
         ruleset.files.append(rel)
         for spec in rf.rules:
             where = f"{rel}: rule {spec.id}"
             if spec.id in seen:
-                raise RuleError(f"{where}: duplicate id (also in {seen[spec.id]})")
+                other, hint = seen[spec.id], ""
+                if Path(rel).is_absolute():  # an overlay's rule
+                    other = other if Path(other).is_absolute() else str(root / other)
+                    hint = ("; an overlay adds rules, it cannot replace one: to change a shipped rule, "
+                            "`logdx rules export DIR`, edit the copy and point LOGDX_RULES_DIR at it")
+                raise RuleError(f"{where}: duplicate id (also in {other}){hint}")
             seen[spec.id] = rel
             if isinstance(spec, PolicySpec):
                 ruleset.policies.append(spec)

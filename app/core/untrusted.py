@@ -21,7 +21,6 @@ import re._parser as sre_parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import re2
 import regex
@@ -185,7 +184,9 @@ def _rough_literal_chars(pattern: str) -> int:
 
 
 def _data_lines(name: str) -> list[str]:
-    path = Path(__file__).resolve().parents[2] / "tests" / "data" / name
+    from app import resources
+
+    path = resources.data_file("corpora", name)
     if not path.is_file():
         return []
     return [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith("#")]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
@@ -12,7 +11,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-ROOT = Path(__file__).resolve().parents[2]
+from app import resources
+
 
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001
@@ -23,8 +23,11 @@ def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: AN
 
 
 def alembic_config(url: str) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "alembic"))
+    """The migrations shipped with logdx (app/resources.py), configured in code: an installed
+    wheel has no alembic.ini (the checkout's one is for running `alembic` by hand)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resources.data_dir("alembic")))
+    cfg.set_main_option("path_separator", "os")
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     cfg.attributes["configure_logging"] = False
     return cfg

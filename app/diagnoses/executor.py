@@ -27,7 +27,7 @@ from app.settings import DiagnosisExecutor, Settings
 
 def build_pipeline(settings: Settings) -> Pipeline:
     """The one place the service constructs a Pipeline (rules are compiled here: fail fast)."""
-    return Pipeline(rules_dir=settings.rules_dir)
+    return Pipeline(rules_dir=settings.rules_dir, overlay=settings.rules_overlay)
 
 
 def build_refiner(settings: Settings, **kwargs: Any) -> LLMRefiner | None:

@@ -96,7 +96,7 @@ def build_agent(settings: Settings, *, case_store: CaseStore | None = None,
     if policies is None:
         from app.core.rules import load_rules
 
-        policies = load_rules(settings.rules_dir).policies
+        policies = load_rules(settings.rules_dir, overlay=settings.rules_overlay).policies
     client = LLMClient(backend, mask=settings.llm_mask)
     retriever = Retriever(embedder or LazyEmbedder(), case_store) if case_store is not None else None
     writer = None

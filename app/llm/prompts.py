@@ -16,9 +16,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app import resources
 from app.llm.errors import PromptError
 
-DEFAULT_PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
+DEFAULT_PROMPTS_DIR = resources.data_dir("prompts")
 
 
 class _PromptFile(BaseModel):

@@ -118,7 +118,7 @@ def impact_report(services, rule_id: int, limit: int = 200) -> DiffReport:  # no
         raise rules_review.refused(exc, rule.get("pattern", "")) from None
     with library_with_rule(services.settings.effective_rules_dir, kind=kind, family=family, rule=rule) as trial:
         try:
-            proposed = Pipeline(rules_dir=trial)
+            proposed = Pipeline(rules_dir=trial, overlay=services.settings.rules_overlay)
         except RuleError as exc:
             raise InvalidInput(f"the rule library would not load with this rule: {exc}", code="invalid_rule",
                                detail={"rule_id": rule.get("id")}) from None

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import HTMLResponse
 
-from app import __version__
+from app import __version__, resources
 from app.core.types import ActionKind, Category, ErrorType
 from app.web import charts
 
-HERE = Path(__file__).parent
+HERE = resources.package_dir("web")  # templates/ and static/ ship in the package
 templates = Jinja2Templates(directory=HERE / "templates")
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30),

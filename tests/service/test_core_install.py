@@ -1,7 +1,7 @@
 """The service runs on a core install (`pip install .`, no extras): every module it imports at
 start-up and while diagnosing comes from the standard library, logdx itself or a distribution
 that the core dependencies of pyproject.toml pull in. With the `none` LLM backend no LLM code is
-imported. (.ci/core-install.sh checks the same with a real core-only virtualenv.)"""
+imported. (.ci/core-install.sh checks the same from a wheel installed into a fresh virtualenv.)"""
 
 from __future__ import annotations
 

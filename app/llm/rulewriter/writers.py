@@ -49,8 +49,9 @@ def load_lines(path: Path | str) -> list[str]:
 
 
 def default_metric_negatives() -> list[str]:
-    root = Path(__file__).resolve().parents[3]
-    return load_lines(root / "tests" / "data" / "metric_lines.txt") or list(_FALLBACK_NEGATIVE_METRICS)
+    from app import resources
+
+    return load_lines(resources.data_file("corpora", "metric_lines.txt")) or list(_FALLBACK_NEGATIVE_METRICS)
 
 
 def error_lines_from_cases(cases_dir: Path | str) -> list[str]:

@@ -1,0 +1,48 @@
+"""A collective timeout at a process group's first collectives (torch's WorkNCCL SeqNum 1-2, or
+"last completed NCCL work: -1") means the ranks never connected: investigate, never retry. The
+same timeout after thousands of collectives stays a retry."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from app.core.pipeline import Pipeline
+
+
+def _diagnose(lines: list[str]):
+    return Pipeline().diagnose(io.BytesIO(("\n".join(lines) + "\n").encode())).diagnosis
+
+
+def _old_torch(seq: int) -> list[str]:  # torch 1.x / 2.0 wording
+    return [f"[E ProcessGroupNCCL.cpp:457] [Rank {r}] Watchdog caught collective operation timeout: "
+            f"WorkNCCL(SeqNum={seq}, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1808940 milliseconds before "
+            "timing out." for r in range(4)]
+
+
+def _new_torch(seq: int, completed: int) -> list[str]:  # torch 2.2+ wording, with the watchdog summary
+    out = []
+    for r in range(4):
+        out.append(f"[rank{r}]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught "
+                   f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLGATHER, NumelIn=1, NumelOut=4, "
+                   "Timeout(ms)=600000) ran for 600003 milliseconds before timing out.")
+        out.append(f"[rank{r}]:[E1206 18:44:16.998 ProcessGroupNCCL.cpp:1664] [PG 0 Rank {r}] Exception (either an "
+                   f"error or timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {seq}, "
+                   f"last completed NCCL work: {completed}.")
+    return out
+
+
+@pytest.mark.parametrize("lines", [_old_torch(1), _new_torch(1, -1), _new_torch(2, 0)],
+                         ids=["torch1-seq1", "torch2-none-completed", "torch2-seq2"])
+def test_first_collective_timeout_investigates(lines: list[str]) -> None:
+    d = _diagnose(lines)
+    assert d.root_cause.error_type.value == "NCCLTimeoutError"
+    assert d.action.kind.value == "investigate"
+    assert "first collective" in d.action.reason
+
+
+@pytest.mark.parametrize("lines", [_old_torch(96120), _new_torch(1580, 1579)], ids=["torch1-late", "torch2-late"])
+def test_late_timeout_still_retries(lines: list[str]) -> None:
+    d = _diagnose(lines)
+    assert d.action.kind.value == "retry"

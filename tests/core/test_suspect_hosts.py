@@ -1,0 +1,129 @@
+"""Where an infrastructure fault lies: the hosts a message names as the fault's place (a transport
+error's remote peer, a node a scheduler, Kubernetes or Ray reports lost, each host of a Slurm host
+list) come before the host that printed the line, for any action of an infrastructure root cause;
+a script error names no host to suspect."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from app.core import ablation
+from app.core.fields import host_match, located_hosts
+from app.core.hostlist import expand_or_keep
+from app.core.pipeline import Pipeline
+
+
+@pytest.mark.parametrize("text, hosts", [
+    # NCCL's IB transport (net_ib.cc) and vendor plugins name the completion's remote side
+    ("node-a:24141:24296 [2] ib_plugin.c:978 NCCL WARN NET/IB : Got completion from peer 10.226.98.98<48598> "
+     "with error 12, opcode 0, len 0, vendor err 129", ["10.226.98.98"]),
+    ("gpu3:1:2 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB: Got completion from peer 10.0.1.23<34696> with "
+     "status=5 opcode=0 len=0 vendor err 249 (Recv) hca ibp152s0", ["10.0.1.23"]),
+    # socket transport: the peer that closed the connection
+    ("gpu1:9:9 [0] NCCL WARN socketProgress: Connection closed by remote peer gpu-node-12<51234>", ["gpu-node-12"]),
+    # Slurm: salloc/srun node failure, slurmctld's host lists
+    ("salloc: error: Node failure on worker-1", ["worker-1"]),
+    ("srun: error: Node failure on gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
+    ("slurmctld: error: Nodes node[3-4] not responding", ["node3", "node4"]),
+    # Kubernetes events
+    ("Warning  NodeNotReady  pod/trainer-0  Node gpu-node-7 is not ready", ["gpu-node-7"]),
+    ("The node was low on resource: memory. Pod was evicted from node gpu-node-9", ["gpu-node-9"]),
+    # Ray: the owner's node, a node the GCS marked dead
+    ("The actor is dead because its owner has died. Owner Id: 0100 Owner Ip address: 172.21.160.9 Owner worker "
+     "exit type: SYSTEM_ERROR Worker exit detail: Owner's node has crashed.", ["172.21.160.9"]),
+    ("The node with node id: 5f1c and address: 10.0.0.9 and node name: 10.0.0.9 has been marked dead because "
+     "the detector has missed too many heartbeats from it.", ["10.0.0.9"]),
+    # lines that name no place of a fault
+    ("step 120 | loss 3.2 | node 4 of 8", []),
+    ("Epoch 3 on node training set", []),
+    ("RuntimeError: NCCL error: remote process exited or there was a network error", []),
+    # NCCL socket.cc names the other end as ip<port>
+    ("[15]worker-23:83:2526 [0] misc/socket.cc:503 NCCL WARN Net : Call to recv from 100.96.188.199<41468> failed : "
+     "Connection timed out", ["100.96.188.199"]),
+    ("node-1:5:5 [0] NCCL WARN NET/Socket : Connect to 10.1.2.3<43215> failed : No route to host", ["10.1.2.3"]),
+])
+def test_located_hosts(text: str, hosts: list[str]) -> None:
+    assert located_hosts(text) == hosts
+
+
+@pytest.mark.parametrize("token, hosts", [
+    ("node[01-04,07]", ["node01", "node02", "node03", "node04", "node07"]),
+    ("gpu[8-10]-ib", ["gpu8-ib", "gpu9-ib", "gpu10-ib"]),
+    ("plain-host", ["plain-host"]),
+    ("node[5-2]", ["node[5-2]"]),            # a range backwards is not a host list
+    ("node[1-999999]", ["node[1-999999]"]),  # nor one of a million hosts
+])
+def test_expand_or_keep(token: str, hosts: list[str]) -> None:
+    assert expand_or_keep(token) == hosts
+
+
+def test_nccl_host_behind_a_bracketed_timestamp() -> None:
+    m = host_match("[2025-10-13 10:12:54] iv-ydin754:1458548:1480527 [0] misc/ibvwrap.cc:182 NCCL WARN Call to "
+                   "ibv_reg_mr_iova2 failed with error Invalid argument")
+    assert m is not None and m.group(1) == "iv-ydin754"
+
+
+def _diagnose(text: str):
+    return Pipeline().diagnose(io.BytesIO(text.encode()))
+
+
+TRAIN = [f"[rank0]: iteration {s}/1000 | lm loss: 3.{s:03d} | grad norm: 1.2 |" for s in range(1, 30)]
+
+IB_PEER = TRAIN + [
+    "node-a:24141:24296 [2] ib_plugin.c:978 NCCL WARN NET/IB : Got completion from peer 10.226.98.98<48598> "
+    "with error 12, opcode 0, len 0, vendor err 129",
+    "node-a:24141:24296 [2] NCCL INFO transport/net_ib.cc:1096 -> 6",
+    "[rank2]: RuntimeError: NCCL communicator was aborted on rank 2.",
+]
+
+
+def test_transport_error_names_its_peer_first_whatever_the_action() -> None:
+    d = _diagnose("\n".join(IB_PEER) + "\n").diagnosis
+    assert d.root_cause.category.value == "infrastructure"
+    assert d.action.suspect_hosts[:2] == ["10.226.98.98", "node-a"]
+
+
+def test_script_error_names_no_suspect_host() -> None:
+    lines = TRAIN + ["node-a: Traceback (most recent call last):",
+                     'node-a:   File "train.py", line 10, in <module>',
+                     "node-a: KeyError: 'input_ids'"]
+    d = _diagnose("\n".join(lines) + "\n").diagnosis
+    assert d.root_cause.error_type.value == "KeyError"
+    assert d.action.suspect_hosts == []
+
+
+def test_ablated_hosts_name_only_an_isolates_printing_hosts(monkeypatch) -> None:
+    monkeypatch.setenv("LOGDX_ABLATE", "hosts")
+    ablation._off.cache_clear()
+    try:
+        d = _diagnose("\n".join(IB_PEER) + "\n").diagnosis
+        if d.action.kind.value != "isolate_and_restart":
+            assert d.action.suspect_hosts == []
+    finally:
+        monkeypatch.delenv("LOGDX_ABLATE")
+        ablation._off.cache_clear()
+
+
+def test_a_timeout_every_host_printed_names_none_of_them() -> None:
+    lines = TRAIN + [f"node-{h}:1:{r} [0] NCCL WARN NET/Socket : socket recv timeout, rank {r}" for h in range(4)
+                     for r in (2 * h, 2 * h + 1)]
+    lines += [f"[rank{r}]:[E ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation timeout: "
+              "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600060 milliseconds before timing out."
+              for r in range(8)]
+    d = _diagnose("\n".join(lines) + "\n").diagnosis
+    assert d.action.kind.value != "isolate_and_restart"
+    assert d.action.suspect_hosts == []
+
+
+def test_a_symptom_with_no_host_takes_the_peer_its_neighbour_names() -> None:
+    lines = TRAIN + [
+        "50428e4af543:34610:36821 [4] ib_plugin.c:1673 NCCL WARN NET/IB: Got completion from peer 10.0.1.23<34696> "
+        "with status=5 opcode=0 len=0 vendor err 249 (Recv) hca ibp152s0",
+        "[rank4]:[E1229 16:47:25.333820755 ProcessGroupNCCL.cpp:541] [Rank 4] found async exception when checking "
+        "for NCCL errors: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+    ]
+    d = _diagnose("\n".join(lines) + "\n").diagnosis
+    assert d.action.suspect_hosts[:1] == ["10.0.1.23"]
