@@ -7,6 +7,7 @@ turns it into the compact text humans and LLMs read.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -399,17 +400,41 @@ def _entry_line(entry: tuple[int, str]) -> int:
 
 
 
-SERIES_POINTS = 400  # what a chart needs; the full series stays in the pipeline
+SERIES_POINTS = 400  # buckets a chart needs; the full series stays in the pipeline
+_SHAPE_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|\b(?:nan|NaN|NAN|inf|Inf|INF)\b")
+
+
+def metric_format(text: str) -> str:
+    """A short id of a metric line's layout (its text with the numbers masked): one log may print
+    two formats whose `throughput` are different units; a chart keeps them apart."""
+    import hashlib
+
+    shape = " ".join(_SHAPE_NUMBER.sub("#", text).split())  # padding of the numbers is no format
+    return hashlib.sha1(shape.encode("utf-8", "replace")).hexdigest()[:8]
 
 
 def series_points(log: CompressedLog, limit: int = SERIES_POINTS) -> list[dict]:
-    """The metric series as plain data, evenly thinned to `limit` points; NaN/inf points are
-    all kept (they are what a reader looks for) and marked, with their value as text."""
+    """The metric series as plain data for charts: past `limit` points, the series is cut into
+    `limit` buckets and of each bucket the first, last, lowest and highest point of every metric
+    are kept (a spike or a dip in the stored series is never sampled away). NaN/inf points are
+    all kept and marked, with their value names. Each point names its line format (`fmt`)."""
     points = log.metrics
     if len(points) > limit:
-        stride = len(points) / limit
-        points = [points[int(i * stride)] for i in range(limit)]
-    out = [{"line": p.line, "step": p.step,
+        size = len(points) / limit
+        keep: set[int] = set()
+        for b in range(limit):
+            lo, hi = int(b * size), min(len(points), int((b + 1) * size))
+            if lo >= hi:
+                continue
+            keep.update((lo, hi - 1))
+            names = {k for p in points[lo:hi] for k in p.values}
+            for name in names:
+                have = [i for i in range(lo, hi) if name in points[i].values and math.isfinite(points[i].values[name])]
+                if have:
+                    keep.add(min(have, key=lambda i: points[i].values[name]))
+                    keep.add(max(have, key=lambda i: points[i].values[name]))
+        points = [points[i] for i in sorted(keep)]
+    out = [{"line": p.line, "step": p.step, "fmt": metric_format(p.text) if p.text else "",
             "values": {k: v for k, v in p.values.items() if math.isfinite(v)}} for p in points]
     out += [{"line": p.line, "step": p.step, "values": {}, "nan": sorted(p.values)} for p in log.nan_points[:50]]
     out.sort(key=lambda p: p["line"])

@@ -28,9 +28,22 @@ _MASKS: list[tuple[regex.Pattern, str]] = [
     (regexcache.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"), "<n>"),
     (regexcache.compile(r"\s+"), " "),
 ]
-# launcher prefixes that say who printed a line, not what happened
+# What a launcher, logger or syslog writes before a message: who printed the line and when, not
+# what happened. Stripped repeatedly from the start of the masked line, so one failure behind
+# `[rank3]:`, `[E1204 03:00:01.1 4242 ProcessGroupNCCL.cpp:1]`, `2026-12-04 03:00:01,123 gpu-017
+# [rank 3]`, `Dec  4 03:00:01 gpu-017 kernel:`, `gpu-017:4242:4301 [3]`, `[1,3]<stderr>:`,
+# `(pid=4242, ip=10.0.0.7)` or `srun: error: gpu-017: task 3:` has one fingerprint.
 _PREFIX = regexcache.compile(
-    r"^(?:\[(?:rank|Rank|RANK|default)\s?<n>\]:?\s*|<n>:\s|[\w.-]+:\s(?=\S)|<host>:\s)+")
+    r"^(?:"
+    r"<time>[:,]?\s*"
+    r"|\[[^\]]{0,100}\]:?\s*"  # any bracketed tag: [rank <n>], [default<n>], [<time>], [pid <n>], [E<n> …]
+    r"|\([^)]{0,100}\)\s*"  # (pid=<n>, ip=<ip>)
+    r"|<(?:stderr|stdout)>:?\s*"
+    r"|[\w./-]+:<n>\]\s*"  # the tail of a glog prefix: `train.py:<n>]`
+    r"|(?:<host>|<ip>|[\w.-]*<n>[\w.-]*)(?::<n>)*(?::\s*|\s+)"  # a host, rank or pid: node-<n>: gpu-<n>:<n>:<n>
+    r"|task <n>:\s*"
+    r"|[\w.-]+:\s(?=\S)"  # a launcher's or logger's word: srun:, error:, kernel:, RuntimeError:
+    r")+")
 
 
 def mask_text(text: str) -> str:
@@ -38,12 +51,18 @@ def mask_text(text: str) -> str:
     out = text.strip()
     for rx, repl in _MASKS:
         out = rx.sub(repl, out)
-    return _PREFIX.sub("", out).strip()[:300]
+    core = _PREFIX.sub("", out).strip()
+    return (core or out.strip())[:300]
 
 
 def fingerprint(diagnosis: Diagnosis) -> str:
     """A 16-hex-digit id of the failure: type + rule + masked first evidence line."""
     rc = diagnosis.root_cause
-    first = mask_text(rc.evidence[0].text) if rc.evidence else ""
-    key = "\x1f".join([rc.error_type.value, rc.rule_id or "", first])
+    return fingerprint_of(rc.error_type.value, rc.rule_id, rc.evidence[0].text if rc.evidence else "")
+
+
+def fingerprint_of(error_type: str, rule_id: str | None, first_evidence: str) -> str:
+    """The fingerprint from its parts (a stored result's JSON has them too)."""
+    first = mask_text(first_evidence) if first_evidence else ""
+    key = "\x1f".join([error_type, rule_id or "", first])
     return hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()[:16]

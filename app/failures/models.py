@@ -29,3 +29,9 @@ class FailureGroupState(Base):
     note: Mapped[str | None] = mapped_column(Text)
     updated_by: Mapped[str] = mapped_column(String(128))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+    assignee: Mapped[str | None] = mapped_column(String(128))
+    ticket: Mapped[str | None] = mapped_column(String(2000))  # an http(s) link to the tracker
+    # merged into another group: its jobs are counted and shown there (one level: merges follow
+    # the target when the target is merged in turn)
+    merged_into: Mapped[str | None] = mapped_column(String(16))
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # a later failure = regressed

@@ -15,9 +15,20 @@ class GroupStateUpdate(BaseModel):
     """What engineers decided about a failure group."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"state": "fixing", "note": "INFRA-231: NVLink on node-05 replaced on Friday"}]})
+        {"state": "fixing", "note": "NVLink on node-05 replaced on Friday", "assignee": "alice",
+         "ticket": "https://tickets.example/INFRA-231"}]})
     state: GroupState
     note: Note | None = None
+    assignee: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)] | None = None
+    ticket: Annotated[str, StringConstraints(pattern=r"^https?://[^\s<>\"]{1,1990}$")] | None = Field(
+        default=None, description="A link to the tracker's ticket (http or https)")
+
+
+class GroupMerge(BaseModel):
+    """Show this group's jobs inside another group from now on."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"into": "3f9a0c1d2e4b5a69"}]})
+    into: Fingerprint
 
 
 class FailureGroupOut(BaseModel):
@@ -38,6 +49,11 @@ class FailureGroupOut(BaseModel):
     note: str | None
     updated_by: str | None
     is_new: bool = Field(description="Nobody has decided about it and its first job ended in the last 24 h")
+    assignee: str | None = None
+    ticket: str | None = None
+    resolved_at: datetime | None = None
+    regressed: bool = Field(default=False, description="Resolved, and a job failed this way after that")
+    merged: list[str] = Field(default_factory=list, description="Fingerprints merged into this group")
 
 
 class FailureGroupList(BaseModel):

@@ -29,5 +29,9 @@ class StatsOut(BaseModel):
     by_category: list[Bucket]
     by_cluster: list[Bucket]
     by_host: list[Bucket] = Field(description="Per host the job ran on; GPU-hours split evenly over hosts")
+    by_suspect_host: list[Bucket] = Field(
+        default_factory=list, description="Repeat offenders: per host named as a suspect (action.suspect_hosts) by "
+        "an infrastructure failure; GPU-hours split evenly over the suspects. User-code and framework failures, "
+        "and hosts a job merely ran on, are not counted")
     by_period: list[Bucket] = Field(default_factory=list,
                                     description="Per day/week/month of the end time (when `interval` is given)")

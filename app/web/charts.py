@@ -63,6 +63,9 @@ class SeriesChart:
     svg: Markup
     points: int
     spikes: int
+    axis: str = "step"  # what x is: step | log line
+    fmt: str = ""  # the line format of the series, when the log prints the metric in several
+    x_range: tuple[float, float] = (0.0, 0.0)
 
 
 def spikes(values: list[float]) -> list[int]:
@@ -77,59 +80,165 @@ def spikes(values: list[float]) -> list[int]:
     return out
 
 
+HOVER_COLUMNS = 96  # hover cells per chart: each tells the lowest and highest value under it
+CHAR_PX = 6.6  # width of one axis-label character (11px monospace-ish): the left margin fits the labels
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
 def metric_charts(points: list[dict[str, Any]] | None, *, last_progress_line: int | None,
                   failure_line: int | None, evidence_lines: set[int] | frozenset[int] = frozenset(),
-                  width: int = 640, height: int = 150) -> list[SeriesChart]:
-    """One chart per metric present: x is the log line (so the failure and the last progress
-    can be drawn on the same axis), y the value; spikes, the points the diagnosis cites as
-    evidence (a loss spike found by the pipeline) and NaN/inf points are marked."""
+                  root_cause: dict[str, Any] | None = None, zoom: tuple[float, float] | None = None,
+                  width: int = 640, height: int = 170) -> list[SeriesChart]:
+    """One chart per metric and per line format (a log printing throughput in two layouts gets
+    two charts: their units differ). x is the training step when the points carry one, else the
+    log line (labelled so). The stored series keeps each bucket's lowest and highest point
+    (`app.core.compressed.series_points`) and every point is drawn, so a spike is drawn at its
+    height; NaN/inf points, the last finite step before a non-finite loss, the onset of a spike,
+    the last progress and the failure are marked. Hover cells (`<title>`, no script) give the
+    values; `zoom` = (x0, x1) draws that window only (the page's links and brush set it)."""
     points = points or []
-    nan_lines = [p["line"] for p in points if p.get("nan")]
+    root_cause = root_cause or {}
+    finite = [p for p in points if p.get("values")]
+    with_step = [p for p in finite if p.get("step") is not None]
+    by_step = bool(finite) and len(with_step) >= 0.8 * len(finite)
+    axis = "step" if by_step else "log line"
+    line_to_step = sorted((p["line"], p["step"]) for p in with_step)
+
+    def x_of_line(line: int | None) -> float | None:
+        if line is None:
+            return None
+        if not by_step:
+            return float(line)
+        before = [st for ln, st in line_to_step if ln <= line]
+        return float(before[-1]) if before else None
+
+    def x_of(p: dict[str, Any]) -> float | None:
+        if by_step:
+            return float(p["step"]) if p.get("step") is not None else x_of_line(p["line"])
+        return float(p["line"])
+
+    nan_marks = [(x_of(p), p) for p in points if p.get("nan")]
+    nan_marks = [(x, p) for x, p in nan_marks if x is not None]
+    last_good = root_cause.get("last_good_step") if by_step else None
+    onset = root_cause.get("onset_step") if by_step else None
+    non_finite = root_cause.get("error_type") in ("NaNLoss", "NaNGradient", "LossDiverged")
+    marks = {"progress": x_of_line(last_progress_line), "failure": x_of_line(failure_line)}
     charts = []
     for key, title in SERIES:
-        series = [(p["line"], p["values"][key], p.get("step")) for p in points if key in (p.get("values") or {})]
-        if len(series) < 2:
-            continue
-        xs = [s[0] for s in series] + nan_lines + [x for x in (last_progress_line, failure_line) if x]
-        x0, x1 = min(xs), max(xs)
-        ys = [s[1] for s in series]
-        y0, y1 = min(ys), max(ys)
-        if y1 == y0:
-            y1 = y0 + 1.0
-        pad_l, pad_r, pad_t, pad_b = 56, 8, 8, 18
-
-        def sx(x: float) -> float:
-            return pad_l + (x - x0) / max(1, x1 - x0) * (width - pad_l - pad_r)
-
-        def sy(y: float) -> float:
-            return pad_t + (1 - (y - y0) / (y1 - y0)) * (height - pad_t - pad_b)
-
-        path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y, _) in enumerate(series))
-        parts = [f'<text class="axis" x="{pad_l - 4}" y="{pad_t + 8}" text-anchor="end">{y1:.4g}</text>',
-                 f'<text class="axis" x="{pad_l - 4}" y="{height - pad_b}" text-anchor="end">{y0:.4g}</text>',
-                 f'<text class="axis" x="{pad_l}" y="{height - 4}">line {x0}</text>',
-                 f'<text class="axis" x="{width - pad_r}" y="{height - 4}" text-anchor="end">line {x1}</text>',
-                 f'<path class="series" d="{path}" fill="none"/>']
-        spike_idx = spikes(ys) if key in ("loss", "grad_norm") else []
-        if key == "loss":
-            spike_idx = sorted(set(spike_idx) | {i for i, (x, _, _) in enumerate(series) if x in evidence_lines})
-        for i in spike_idx:
-            x, y, step = series[i]
-            parts.append(f'<circle class="spike" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4">'
-                         f'<title>spike: {y:.4g} at {f"step {step}, " if step is not None else ""}line {x}</title></circle>')
-        for line in nan_lines:
-            parts.append(f'<text class="nan" x="{sx(line):.1f}" y="{pad_t + 10}" text-anchor="middle">✕'
-                         f'<title>NaN/inf at line {line}</title></text>')
-        if last_progress_line:
-            x = sx(last_progress_line)
-            parts.append(f'<line class="progress" x1="{x:.1f}" x2="{x:.1f}" y1="{pad_t}" y2="{height - pad_b}">'
-                         f'<title>last progress (line {last_progress_line})</title></line>')
-        if failure_line:
-            x = sx(failure_line)
-            parts.append(f'<line class="failure" x1="{x:.1f}" x2="{x:.1f}" y1="{pad_t}" y2="{height - pad_b}">'
-                         f'<title>root cause evidence (line {failure_line})</title></line>')
-        svg = Markup(f'<svg class="metric" viewBox="0 0 {width} {height}" width="100%" role="img" '
-                     f'aria-label="{escape(title)} over the log, {len(series)} points, {len(spike_idx)} spikes">'
-                     f'{"".join(parts)}</svg>')
-        charts.append(SeriesChart(key, title, svg, len(series), len(spike_idx)))
+        formats: dict[str, list[tuple[float, float, dict]]] = {}
+        for p in finite:
+            if key in p["values"]:
+                x = x_of(p)
+                if x is not None:
+                    formats.setdefault(p.get("fmt") or "", []).append((x, p["values"][key], p))
+        formats = {f: sorted(v, key=lambda t: t[0]) for f, v in formats.items() if len(v) >= 2}
+        for n, (fmt, series) in enumerate(sorted(formats.items(), key=lambda kv: -len(kv[1]))):
+            named = f"{title} · line format {n + 1} of {len(formats)}" if len(formats) > 1 else title
+            chart = _chart(key, named, series, axis, nan_marks, marks, evidence_lines,
+                           last_good if non_finite else None, onset, zoom, width, height)
+            if chart is not None:
+                chart.fmt = fmt if len(formats) > 1 else ""
+                charts.append(chart)
     return charts
+
+
+def _chart(key: str, title: str, series: list[tuple[float, float, dict]], axis: str,
+           nan_marks: list[tuple[float, dict]], marks: dict[str, float | None], evidence_lines,  # noqa: ANN001
+           last_good: int | None, onset: int | None, zoom: tuple[float, float] | None,
+           width: int, height: int) -> SeriesChart | None:
+    full = (series[0][0], series[-1][0])
+    if zoom is not None:
+        series = [t for t in series if zoom[0] <= t[0] <= zoom[1]]
+        if len(series) < 2:
+            return None
+    xs = [t[0] for t in series]
+    extra = [x for x in (*(m for m in marks.values()), last_good, onset) if x is not None]
+    extra += [x for x, _ in nan_marks]
+    if zoom is None:
+        xs_all = xs + extra
+    else:
+        xs_all = xs
+    x0, x1 = min(xs_all), max(xs_all)
+    if x1 == x0:
+        x1 = x0 + 1
+    ys = [t[1] for t in series]
+    y0, y1 = min(ys), max(ys)
+    if y1 == y0:
+        y1 = y0 + 1.0
+    labels = [_fmt(y1), _fmt((y0 + y1) / 2), _fmt(y0)]
+    pad_l = 10 + CHAR_PX * max(len(t) for t in labels)
+    pad_r, pad_t, pad_b = 10, 10, 30
+    plot_w, plot_h = width - pad_l - pad_r, height - pad_t - pad_b
+
+    def sx(x: float) -> float:
+        return pad_l + (x - x0) / (x1 - x0) * plot_w
+
+    def sy(y: float) -> float:
+        return pad_t + (1 - (y - y0) / (y1 - y0)) * plot_h
+
+    def where(x: float, p: dict | None = None) -> str:
+        if axis == "step":
+            return f"step {int(x)}" + (f", line {p['line']}" if p else "")
+        return f"line {int(x)}"
+
+    parts = [f'<text class="axis" x="{pad_l - 4:.1f}" y="{pad_t + 4}" text-anchor="end">{labels[0]}</text>',
+             f'<text class="axis" x="{pad_l - 4:.1f}" y="{pad_t + plot_h / 2 + 4:.1f}" text-anchor="end">{labels[1]}</text>',
+             f'<text class="axis" x="{pad_l - 4:.1f}" y="{pad_t + plot_h + 4:.1f}" text-anchor="end">{labels[2]}</text>',
+             f'<line class="grid" x1="{pad_l:.1f}" x2="{width - pad_r}" y1="{pad_t + plot_h:.1f}" y2="{pad_t + plot_h:.1f}"/>',
+             f'<text class="axis" x="{pad_l:.1f}" y="{height - 14}">{int(x0)}</text>',
+             f'<text class="axis" x="{pad_l + plot_w / 2:.1f}" y="{height - 14}" text-anchor="middle">{int((x0 + x1) / 2)}</text>',
+             f'<text class="axis" x="{width - pad_r}" y="{height - 14}" text-anchor="end">{int(x1)}</text>',
+             f'<text class="axis-name" x="{pad_l + plot_w / 2:.1f}" y="{height - 2}" text-anchor="middle">'
+             f'{"training step" if axis == "step" else "log line (the log prints no step)"}</text>']
+    if last_good is not None and x0 <= last_good <= x1:
+        # the loss is finite up to last_good and not after it: shade the rest
+        left = sx(last_good)
+        parts.append(f'<rect class="nonfinite" x="{left:.1f}" y="{pad_t}" width="{max(2.0, pad_l + plot_w - left):.1f}" '
+                     f'height="{plot_h:.1f}"><title>non-finite loss after step {last_good} (the last finite step)</title></rect>')
+    path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y, _) in enumerate(series))
+    parts.append(f'<path class="series" d="{path}" fill="none"/>')
+    spike_idx = spikes(ys) if key in ("loss", "grad_norm") else []
+    if key == "loss":
+        spike_idx = sorted(set(spike_idx) | {i for i, (_, _, p) in enumerate(series) if p["line"] in evidence_lines})
+    for i in spike_idx:
+        x, y, p = series[i]
+        parts.append(f'<circle class="spike" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4">'
+                     f'<title>spike: {_fmt(y)} at {where(x, p)}</title></circle>')
+    for x, p in nan_marks:
+        if x0 <= x <= x1:
+            parts.append(f'<text class="nan" x="{sx(x):.1f}" y="{pad_t + 10}" text-anchor="middle">✕'
+                         f'<title>{"/".join(p["nan"])} NaN/inf at {where(x)}, line {p["line"]}</title></text>')
+    if onset is not None and x0 <= onset <= x1:
+        parts.append(f'<line class="onset" x1="{sx(onset):.1f}" x2="{sx(onset):.1f}" y1="{pad_t}" y2="{pad_t + plot_h:.1f}">'
+                     f'<title>onset: step {onset}</title></line>')
+    for name, x in marks.items():
+        if x is not None and x0 <= x <= x1:
+            what = "last progress" if name == "progress" else "root-cause evidence"
+            parts.append(f'<line class="{name}" x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{pad_t}" y2="{pad_t + plot_h:.1f}">'
+                         f'<title>{what} ({where(x)})</title></line>')
+    # hover cells: the lowest and highest value under each, with where they are
+    cols = min(HOVER_COLUMNS, max(1, len(series)))
+    cell = plot_w / cols
+    j = 0
+    for c in range(cols):
+        lo_x, hi_x = x0 + (x1 - x0) * c / cols, x0 + (x1 - x0) * (c + 1) / cols
+        inside = []
+        while j < len(series) and (series[j][0] < hi_x or (c == cols - 1 and series[j][0] <= hi_x)):
+            inside.append(series[j])
+            j += 1
+        if not inside:
+            continue
+        lo, hi = min(inside, key=lambda t: t[1]), max(inside, key=lambda t: t[1])
+        tip = (f"{where(hi[0], hi[2])}: {key} {_fmt(hi[1])}" if lo is hi or lo[1] == hi[1] else
+               f"{where(inside[0][0])}–{int(inside[-1][0])}: {key} {_fmt(lo[1])} … {_fmt(hi[1])} "
+               f"(highest at {where(hi[0])}, {len(inside)} points)")
+        parts.append(f'<rect class="hover" x="{pad_l + c * cell:.1f}" y="{pad_t}" width="{cell:.1f}" '
+                     f'height="{plot_h:.1f}" data-lo="{lo_x:.6g}" data-hi="{hi_x:.6g}"><title>{escape(tip)}</title></rect>')
+    svg = Markup(f'<svg class="metric" viewBox="0 0 {width} {height}" width="100%" role="img" data-axis="{axis}" '
+                 f'data-x0="{x0:.6g}" data-x1="{x1:.6g}" data-pad-l="{pad_l:.1f}" data-plot-w="{plot_w:.1f}" '
+                 f'data-width="{width}" aria-label="{escape(title)} by {axis}, {len(series)} points, '
+                 f'{len(spike_idx)} spikes, from {_fmt(y0)} to {_fmt(y1)}">{"".join(parts)}</svg>')
+    return SeriesChart(key, title, svg, len(series), len(spike_idx), axis=axis, x_range=full)

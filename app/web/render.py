@@ -22,7 +22,8 @@ RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(
 
 
 def _dt(value: datetime | None) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M") if value else "–"
+    """Times on the pages are UTC, and say so (the cluster spans zones; logs are in UTC)."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if value else "–"
 
 
 def _ago(value: datetime | None) -> str:

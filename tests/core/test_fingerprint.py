@@ -27,3 +27,16 @@ def test_different_failures_have_different_fingerprints():
     ecc = "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
     missing = "FileNotFoundError: [Errno 2] No such file or directory: '/data/train.jsonl'\n"
     assert fingerprint(_diagnose(ecc)) != fingerprint(_diagnose(missing))
+
+
+def test_line_prefixes_of_launchers_and_loggers_are_ignored():
+    core = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    prefixes = ["", "node-12: ", "[rank3]: ", "[rank3]:[E1204 03:00:01.123456 1234 ProcessGroupNCCL.cpp:1] ",
+                "2026-12-04 03:00:01,123 node-12 [rank 3] ", "[1,3]<stderr>:", "3: ", "[default3]:",
+                "gpu-a-017.cluster.local: ", "Dec  4 03:00:01 gpu-a-017 kernel: ", "[2026-12-04T03:00:01Z] [pid 4242] ",
+                "srun: error: gpu-a-017: task 3: ", "gpu-a-017:4242:4301 [3] ", "I1204 03:00:01.123456 4242 train.py:88] ",
+                "(pid=4242, ip=10.0.0.7) ", "rank3: ", "10.0.0.7: "]
+    assert {mask_text(p + core) for p in prefixes} == {"CUDA error: uncorrectable ECC error encountered"}
+    # what the message says is kept
+    assert mask_text("node-3: CUDA out of memory. Tried to allocate 2.00 GiB") == "CUDA out of memory. Tried to allocate <n> GiB"
+    assert mask_text("node-3: 42") == "<n>"  # nothing but a prefix and a number: the masked line, not ""

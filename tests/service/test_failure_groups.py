@@ -97,3 +97,50 @@ def test_groups_over_the_api(client, sched, eng):
     assert client.put("/v1/failure-groups/XYZ", json={"state": "known"}, headers=eng).status_code == 422
     assert client.put(f"/v1/failure-groups/{fp}", json={"state": "gone"}, headers=eng).status_code == 422
     assert client.get("/v1/failure-groups", headers=sched).status_code == 403
+
+
+def test_merge_regression_and_triage_fields_over_the_api(client, sched, eng):
+    _diagnose(client, sched, "1", sample_log(host="node-1"), hosts=["node-1"])
+    variant = sample_log(host="node-1").replace(b"encountered\n", b"encountered on page 7\n")
+    _diagnose(client, sched, "2", variant, hosts=["node-1"])
+    groups = client.get("/v1/failure-groups", headers=eng).json()["items"]
+    assert len(groups) == 2
+    a, b = sorted(g["fingerprint"] for g in groups)
+    merged = client.post(f"/v1/failure-groups/{b}/merge", json={"into": a}, headers=eng)
+    assert merged.status_code == 200, merged.text
+    assert (merged.json()["fingerprint"], merged.json()["jobs"], merged.json()["merged"]) == (a, 2, [b])
+    assert client.post(f"/v1/failure-groups/{a}/merge", json={"into": b}, headers=eng).status_code == 422
+    # a decision about the merged group is a decision about the group it is part of
+    resp = client.put(f"/v1/failure-groups/{b}", json={"state": "resolved", "assignee": "alice",
+                                                        "ticket": "https://tickets.example/RMA-7"}, headers=eng)
+    assert resp.status_code == 200 and resp.json()["fingerprint"] == a
+    assert (resp.json()["assignee"], resp.json()["ticket"], resp.json()["regressed"]) == (
+        "alice", "https://tickets.example/RMA-7", False)
+    bad = client.put(f"/v1/failure-groups/{a}", json={"state": "known", "ticket": "javascript:alert(1)"}, headers=eng)
+    assert bad.status_code == 422
+    # fails again after it was resolved
+    _diagnose(client, sched, "3", sample_log(host="node-1"), hosts=["node-1"],
+              started_at="2999-01-01T00:00:00Z", ended_at="2999-01-01T01:00:00Z")
+    regressed = client.get("/v1/failure-groups?state=regressed", headers=eng).json()["items"]
+    assert [(g["fingerprint"], g["jobs"], g["regressed"]) for g in regressed] == [(a, 3, True)]
+    assert client.delete(f"/v1/failure-groups/{b}/merge", headers=eng).status_code == 204
+    assert len(client.get("/v1/failure-groups", headers=eng).json()["items"]) == 2
+
+
+def test_migration_regroups_failures_behind_different_line_prefixes(app, client, sched, settings):
+    """Fingerprints stored before prefixes were ignored are recomputed; decisions follow them."""
+    one = _diagnose(client, sched, "1", sample_log(host="node-1"), hosts=["node-1"])
+    two = _diagnose(client, sched, "2", sample_log(host="node-1").replace(b"node-1: Runtime", b"[rank3]:[E1204 "
+                                                                           b"03:00:01.1 4242 x.cpp:1] Runtime"))
+    db = app.state.services.db
+    with db.transaction() as session:  # as an older logdx stored them: two groups, one decided
+        session.execute(update(DiagnosisRow).where(DiagnosisRow.id == one["id"]).values(fingerprint="a" * 16))
+        session.execute(update(DiagnosisRow).where(DiagnosisRow.id == two["id"]).values(fingerprint="b" * 16))
+        failures.set_group_state(session=session, fingerprint="b" * 16, state=GroupState.KNOWN, note="RMA",
+                                 updated_by="alice")
+    cfg = alembic_config(settings.effective_database_url)
+    command.downgrade(cfg, "0006_token_clusters")
+    command.upgrade(cfg, "head")
+    with db.transaction() as session:
+        groups = failures.list_groups(session=session)
+    assert [(g.jobs, g.state, g.note) for g in groups] == [(2, "known", "RMA")]

@@ -72,7 +72,8 @@
           holder.innerHTML = html;
           var added = 0;
           Array.from(holder.rows).reverse().forEach(function (row) {
-            var dup = tbody.querySelector('tr[data-diagnosis="' + row.dataset.diagnosis + '"]');
+            // one row per job: a job whose diagnosis was pending is replaced by its diagnosed row
+            var dup = tbody.querySelector('tr[data-href="' + row.dataset.href + '"]');
             if (dup) dup.remove();
             tbody.insertBefore(row, tbody.firstChild); added++;
           });
@@ -82,4 +83,50 @@
     };
     setInterval(poll, parseInt(table.dataset.interval || "5000", 10));
   }
+  // Copy buttons: shown only with this script (without it the text is on the page to select).
+  document.querySelectorAll("[data-copy], [data-copy-url], [data-copy-from]").forEach(function (btn) {
+    btn.hidden = false;
+    btn.addEventListener("click", function () {
+      var text = btn.dataset.copy;
+      if (btn.dataset.copyUrl) text = new URL(btn.dataset.copyUrl, window.location.href).href;
+      if (btn.dataset.copyFrom) text = document.getElementById(btn.dataset.copyFrom).value;
+      var label = btn.textContent;
+      var done = function (msg) { btn.textContent = msg; setTimeout(function () { btn.textContent = label; }, 1500); };
+      if (navigator.clipboard && navigator.clipboard.writeText) {
+        navigator.clipboard.writeText(text).then(function () { done("Copied"); }, function () { done("Copy failed: select the text"); });
+      } else { done("Copy failed: select the text"); }
+    });
+  });
+  // Charts: drag across one to zoom to that window (the links above the charts do it without script).
+  document.querySelectorAll("figure[data-zoomable] svg.metric").forEach(function (svg) {
+    var help = document.querySelector(".brush-help");
+    if (help) help.hidden = false;
+    var d = svg.dataset, start = null, box = null;
+    var toX = function (e) {
+      var r = svg.getBoundingClientRect();
+      var px = (e.clientX - r.left) * (+d.width / r.width);
+      var f = Math.min(1, Math.max(0, (px - +d.padL) / +d.plotW));
+      return { px: +d.padL + f * +d.plotW, x: +d.x0 + f * (+d.x1 - +d.x0) };
+    };
+    svg.addEventListener("mousedown", function (e) {
+      start = toX(e); e.preventDefault();
+      box = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+      box.setAttribute("class", "brush"); box.setAttribute("y", "0"); box.setAttribute("height", "100%");
+      box.setAttribute("x", start.px); box.setAttribute("width", "0"); svg.appendChild(box);
+    });
+    svg.addEventListener("mousemove", function (e) {
+      if (!start) return;
+      var now = toX(e);
+      box.setAttribute("x", Math.min(start.px, now.px)); box.setAttribute("width", Math.abs(now.px - start.px));
+    });
+    window.addEventListener("mouseup", function (e) {
+      if (!start) return;
+      var end = toX(e), a = Math.min(start.x, end.x), b = Math.max(start.x, end.x);
+      start = null; if (box) box.remove();
+      if (b - a < (+d.x1 - +d.x0) / 100) return;  // a click, not a drag
+      var url = new URL(window.location.href);
+      url.searchParams.set("zoom", Math.floor(a) + ":" + Math.ceil(b)); url.hash = "metrics";
+      window.location = url.href;
+    });
+  });
 })();
