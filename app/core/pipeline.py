@@ -13,7 +13,9 @@ from typing import BinaryIO
 
 from app import __version__
 from app.core.compress import CompressedLog, compress_source
+from app.core import ablation
 from app.core.events import ErrorEvent, events_from_log
+from app.core.exceptions import ExceptionView
 from app.core.ingest import Limits
 from app.core.onset import refine_onset
 from app.core.placement import JobPlacement, name_hosts, session_host
@@ -98,7 +100,7 @@ class Pipeline:
                             source: Source | None = None) -> DiagnosisResult:
         """`source`: the log file again, when it can be re-read: a loss spike's or non-finite
         loss's onset is then found exactly (app/core/onset.py), not at the next sampled line."""
-        events = events_from_log(log)
+        events = events_from_log(log, ExceptionView(log, self.ruleset) if ablation.enabled("exceptions") else None)
         ranking = rank_events(events, log)
         if source is not None and refine_onset(source, self.ruleset, ranking.root_event):
             events.sort(key=lambda e: e.first_line)
