@@ -29,6 +29,7 @@ work per metric line. Switched off with `LOGDX_ABLATE=exceptions`.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 
 import regex
@@ -63,7 +64,7 @@ _IGNORED_RE = regexcache.compile(
     r"^Exception ignored (?:in|on|while)\b|^Error in atexit\._run_exitfuncs|^Exception in thread .*"
     r"interpreter shutdown|^Error in sys\.excepthook")
 _TEARDOWN_FUNCS = frozenset({"__del__", "_run_exitfuncs", "_exit_function", "_python_exit", "_shutdown",
-                             "_atexit", "atexit_callback", "__exit__del"})
+                             "_atexit", "atexit_callback"})
 _SHUTDOWN_MSG_RE = regexcache.compile(
     r"(?i)python is likely shutting down|interpreter shutdown|sys\.meta_path is None")
 # a launcher re-raising a child's failure: its frames, or its command in the message
@@ -82,6 +83,7 @@ class ExceptionRecord:
 
     line: int
     text: str  # the line as printed
+    start: int  # the traceback's first line (its header, or the "Exception ignored in" notice)
     stream: str  # its launcher prefix: tracebacks of different ranks stay apart
     qualname: str  # `torch.distributed.DistBackendError`
     module: str  # `torch.distributed` ("" for builtins)
@@ -104,6 +106,7 @@ class ExceptionRecord:
 @dataclass
 class _Stream:
     last: int = -10**9  # line of the last traceback line seen
+    start: int | None = None  # line of the open traceback's header / ignored notice
     open: bool = False
     frames: list[str] = field(default_factory=list)
     ignored: str | None = None
@@ -166,6 +169,8 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
             st.open, st.frames, st.pending, st.last_exc = False, [], None, None
         stripped = body.strip()
         if stripped.startswith(_HEADER):
+            if not (st.ignored and line_no - st.ignored_line <= 2):
+                st.start = line_no
             st.open, st.frames, st.last = True, [], line_no
             continue
         if body.startswith(" ") and (fm := _FRAME_RE.match(body)):
@@ -179,7 +184,7 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
         if _IGNORED_RE.match(stripped):
             st.ignored = "atexit" if "atexit" in stripped else (
                 "shutdown" if "shutdown" in stripped else ("__del__" if "__del__" in stripped else "ignored"))
-            st.ignored_line = st.last = line_no
+            st.ignored_line = st.last = st.start = line_no
             continue
         if body[:1] in (" ", "\t"):
             if st.open:
@@ -189,7 +194,8 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
         if parsed is None:
             continue
         qual, module, name, msg, inner = parsed
-        rec = ExceptionRecord(line=line_no, text=text, stream=_stream_key(prefix), qualname=qual, module=module,
+        start = st.start if (st.open and st.start is not None) else line_no
+        rec = ExceptionRecord(line=line_no, text=text, start=start, stream=_stream_key(prefix), qualname=qual, module=module,
                               name=name, message=msg, inner=inner, in_traceback=st.open, frames=list(st.frames))
         if st.pending and st.last_exc is not None:
             rec.chain, rec.chained_from = st.pending, st.last_exc
@@ -201,6 +207,8 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
                                 if f.rsplit(":", 1)[-1] in _TEARDOWN_FUNCS or "atexit" in f)
         elif _SHUTDOWN_MSG_RE.search(msg):
             rec.teardown = "shutdown"
+        elif rec.chained_from is not None and records[rec.chained_from].teardown:
+            rec.teardown = records[rec.chained_from].teardown  # raised while handling a teardown one
         rec.launcher = (any(_LAUNCHER_FRAME_RE.search(f.rsplit(":", 1)[0]) for f in rec.frames[-3:])
                         or (name == "CalledProcessError" and bool(_LAUNCHER_CMD_RE.search(msg)))
                         or name == "ChildFailedError")
@@ -212,7 +220,7 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
         elif structured:
             seen.setdefault(rec.key, rec)
         records.append(rec)
-        st.open, st.frames, st.pending = False, [], None
+        st.open, st.frames, st.pending, st.start = False, [], None, None
         if rec.teardown:
             st.ignored = None
         st.last_exc, st.last = len(records) - 1, line_no
@@ -378,7 +386,8 @@ class ExceptionView:
 
         self.log = log
         self.table = table_of(ruleset)
-        self.records = parse_tracebacks(kept_lines(log))
+        self.kept = kept_lines(log)
+        self.records = parse_tracebacks(self.kept)
         self.by_line = {r.line: r for r in self.records}
         self.matches = {r.line: self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner)
                         for r in self.records}
@@ -413,12 +422,24 @@ class ExceptionView:
             return OccClass(tag=m.entry_id + (":harmless" if harmless else ""), error_type=m.error_type,
                             category=m.category, role=m.role, priority=m.priority, rule_id=m.entry_id,
                             hint=m.hint, action=m.action, recovered=harmless, chained=chained)
-        if not harmless and not chained:
-            return None  # the rule's own reading stands
-        return OccClass(tag="harmless" if harmless else "chained", error_type=spec.error_type,
+        if not harmless:
+            return None  # the rule's own reading stands (the compressor marks chained ones itself)
+        return OccClass(tag="harmless", error_type=spec.error_type,
                         category=spec.category or occ.rule.category, role=spec.role, priority=occ.rule.priority,
                         rule_id=occ.rule.id, hint=spec.hint, action=spec.action, recovered=harmless,
                         chained=chained)
+
+    def harmless_lines(self) -> frozenset[int]:
+        """The lines of harmless tracebacks (notice, header and frames as kept, and the exception
+        line): not "error-looking lines" of a log with no failure."""
+        spans = [(r.start, r.line) for r in self.records if r.line in self.harmless]
+        if not spans:
+            return frozenset()
+        lines = [line for line, _ in self.kept]
+        out: set[int] = set()
+        for a, b in spans:
+            out.update(lines[bisect_left(lines, a):bisect_right(lines, b)])
+        return frozenset(out)
 
     def extra_events(self) -> list:
         """Events for exception lines no rule matched (a class without an `Error` suffix:

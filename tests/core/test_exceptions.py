@@ -296,7 +296,8 @@ def table() -> ExceptionTable:
 
 
 @pytest.mark.parametrize("line,etype", [
-    ("OSError: [Errno 28] No space left on device", ErrorType.StorageError),
+    ("OSError: [Errno 28] No space left on device", ErrorType.OSError),
+    ("OSError: [Errno 5] Input/output error", ErrorType.StorageError),
     ("OSError: [Errno 24] Too many open files", ErrorType.OSError),
     ("torch.cuda.OutOfMemoryError: CUDA out of memory.", ErrorType.OutOfMemoryError),
     ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", ErrorType.HostOOMKilled),
@@ -304,7 +305,7 @@ def table() -> ExceptionTable:
     ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443)", ErrorType.ConnectionError),
     ("ConnectionResetError: [Errno 104] Connection reset by peer", ErrorType.ConnectionError),
     ("botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the GetObject operation",
-     ErrorType.PermissionError),
+     ErrorType.S3StorageError),
     ("botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the PutObject operation",
      ErrorType.S3StorageError),
     ("huggingface_hub.utils._errors.GatedRepoError: 401 Client Error.", ErrorType.ModelLoadingError),
