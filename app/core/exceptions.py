@@ -128,9 +128,14 @@ def strip_prefix(text: str) -> tuple[str, str]:
     return text[:end].strip(), text[end:]
 
 
+_STAMP_RE = regexcache.compile(r"^\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s?\|?\s?")
+
+
 def _stream_key(prefix: str) -> str:
     # the timestamp is not a stream; the rank/host tags are
-    return regex.sub(r"^\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s?\|?\s?", "", prefix)
+    if not prefix or not prefix[0].isdigit():
+        return prefix
+    return _STAMP_RE.sub("", prefix)
 
 
 def parse_exception_line(body: str, *, strict: bool = True) -> tuple[str, str, str, str, str | None] | None:
