@@ -198,6 +198,8 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
         parsed = parse_exception_line(body, strict=not st.open)
         if parsed is None:
             continue
+        if st.open and line_no - st.last > 2 and "." not in parsed[0] and not _EXC_NAME_RE.match(parsed[2]):
+            continue  # far from the traceback's last kept line, a `Word: text` line is not its exception
         qual, module, name, msg, inner = parsed
         start = st.start if (st.open and st.start is not None) else line_no
         rec = ExceptionRecord(line=line_no, text=text, start=start, stream=_stream_key(prefix), qualname=qual, module=module,

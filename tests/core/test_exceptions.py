@@ -238,6 +238,22 @@ def test_teardown_exceptions_are_marked(text: str, why: str) -> None:
     assert rec.teardown == why
 
 
+def test_repeats_on_other_ranks_take_the_first_ones_structure() -> None:
+    # ranks 1..3 print the same teardown traceback; the compressor keeps the first one whole and
+    # of the later ones only the final lines (a rule matched them) and the last template lines
+    full = numbered(TQDM_DEL_PREFIXED)
+    kept = full[:7] + [(n, t.replace("[default1]", f"[default{r}]")) for r, (n, t) in
+                       zip((1, 2, 3), [(20, full[13][1]), (30, full[13][1]), (40, full[13][1])])]
+    recs = parse_tracebacks(kept)
+    assert [r.teardown for r in recs] == ["__del__"] * 4
+
+
+def test_a_word_colon_line_far_from_an_open_traceback_is_not_its_exception() -> None:
+    lines = [(1, "Traceback (most recent call last):"), (2, '  File "x.py", line 1, in <module>'),
+             (50, "Loss: 2.31"), (51, "KeyError: 'a'")]
+    assert [r.name for r in parse_tracebacks(lines)] == ["KeyError"]
+
+
 def test_teardown_mark_does_not_leak_to_the_next_traceback() -> None:
     recs = records(DATALOADER_DEL + "\n" + HF_DATASETS_CHAIN)
     assert recs[0].teardown and not any(r.teardown for r in recs[1:])
@@ -254,9 +270,36 @@ COMPLETED = """
 """
 
 
-@pytest.mark.parametrize("noise", [DATALOADER_DEL, ATEXIT_WANDB, SHUTDOWN_THREAD])
-def test_completed_run_with_teardown_noise_is_no_failure(pipeline: Pipeline, noise: str) -> None:
-    d = diagnose(pipeline, TRAINING + COMPLETED + noise)
+LIGHTNING_DONE = """
+Epoch 0: 100%|##########| 50/50 [00:10<00:00,  4.90it/s, v_num=0, train_loss=1.20]
+`Trainer.fit` stopped: `max_epochs=1` reached.
+"""
+
+TQDM_DEL_PREFIXED = """
+[default0]:Exception ignored in: <function tqdm.__del__ at 0x7f8e2c1b9a60>
+[default0]:Traceback (most recent call last):
+[default0]:  File "/opt/conda/lib/python3.10/site-packages/tqdm/std.py", line 1148, in __del__
+[default0]:    self.close()
+[default0]:  File "/opt/conda/lib/python3.10/site-packages/tqdm/std.py", line 1277, in close
+[default0]:    if self.last_print_t < self.start_t + self.delay:
+[default0]:AttributeError: 'tqdm' object has no attribute 'last_print_t'
+[default1]:Exception ignored in: <function tqdm.__del__ at 0x7f3a2c1b9a60>
+[default1]:Traceback (most recent call last):
+[default1]:  File "/opt/conda/lib/python3.10/site-packages/tqdm/std.py", line 1148, in __del__
+[default1]:    self.close()
+[default1]:  File "/opt/conda/lib/python3.10/site-packages/tqdm/std.py", line 1277, in close
+[default1]:    if self.last_print_t < self.start_t + self.delay:
+[default1]:AttributeError: 'tqdm' object has no attribute 'last_print_t'
+"""
+
+
+@pytest.mark.parametrize("done,noise", [
+    (COMPLETED, DATALOADER_DEL), (COMPLETED, ATEXIT_WANDB), (COMPLETED, SHUTDOWN_THREAD),
+    (LIGHTNING_DONE, TQDM_DEL_PREFIXED), (LIGHTNING_DONE, DATALOADER_DEL + ATEXIT_WANDB),
+])
+def test_completed_run_with_teardown_noise_is_no_failure(pipeline: Pipeline, done: str, noise: str) -> None:
+    d = diagnose(pipeline, TRAINING + done + noise)
+    assert d.root_cause.explanation.startswith("no failure found: training finished normally")
     assert d.root_cause.error_type is ErrorType.Unknown
     assert d.action.kind.value == "investigate"
     assert all(c.role == "recovered" for c in d.co_occurring)
