@@ -251,6 +251,10 @@ class TableMatch:
     specific: bool  # a class (or class + message) entry, not a package family or the fallback
 
 
+# generic classes that often wrap a more specific one (named in their message)
+_GENERIC_WRAPPERS = frozenset({"exc.unknown-class", "exc.exc-runtime", "exc.exc-os"})
+_INNER_REPR_RE = regexcache.compile(
+    r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Timeout|Disconnected|Exceeded))\(")
 FALLBACK = TableMatch("exc.unknown-class", ErrorType.Unknown, Category.UNKNOWN, Role.CAUSE, 30, None,
                       "An exception class no table entry names; read it with its traceback.", False)
 
@@ -282,10 +286,12 @@ class ExceptionTable:
             return any(root == m or module == m or module.startswith(m + ".") for m in spec.modules)
         return True
 
-    def lookup(self, qualname: str, module: str, name: str, message: str) -> TableMatch:
+    def lookup(self, qualname: str, module: str, name: str, message: str, *, any_module: bool = False) -> TableMatch:
+        """`any_module`: the class was printed without its module (a repr inside a message), so
+        an entry restricted to module families may match it."""
         candidates = []
         for order, spec in self._by_name.get(name, ()):
-            if not self._module_ok(spec, module, qualname):
+            if not (any_module and "." not in qualname) and not self._module_ok(spec, module, qualname):
                 continue
             if spec.message and not self._msg[spec.id].search(message):
                 continue
@@ -326,7 +332,17 @@ class ExceptionTable:
             found = self.lookup(inner, inner.rsplit(".", 1)[0] if "." in inner else "", short, msg)
             if found is not FALLBACK:
                 return found
-        return self.lookup(qual, module, name, msg)
+        outer = self.lookup(qual, module, name, msg)
+        if (outer.entry_id in _GENERIC_WRAPPERS or name == "Exception") and "(" in msg:
+            # a generic wrapper whose message holds the repr of what it caught:
+            # `RuntimeError: ... Got errors: [ClientError('...')]`, `OSError: ... (ReadTimeoutError(...))`
+            for m in reversed(list(_INNER_REPR_RE.finditer(msg))):  # the innermost is printed last
+                iq = m.group(1)
+                imod, iname = (iq.rsplit(".", 1) if "." in iq else ("", iq))
+                found = self.lookup(iq, imod, iname, msg[m.end():], any_module=not imod)
+                if found is not FALLBACK and found.specific and found.role is Role.CAUSE:
+                    return replace(found, entry_id=found.entry_id + ":in-message")
+        return outer
 
 
 def check_table_examples(table: ExceptionTable) -> list[tuple[str, str, bool]]:

@@ -362,6 +362,24 @@ def test_table_types_classes(table: ExceptionTable, line: str, etype: ErrorType)
     assert table.lookup_line(line).error_type is etype
 
 
+@pytest.mark.parametrize("line,etype", [
+    ("RuntimeError: Failed to download s3://b/train/index.json. Got errors: [ClientError('An error occurred (SlowDown)')]",
+     ErrorType.S3StorageError),
+    ("OSError: Consistency check failed (ReadTimeoutError(\"HTTPSConnectionPool(host='cdn-lfs.hf.co', port=443): "
+     "Read timed out.\"), '(Request ID: 1)')", ErrorType.ConnectionError),
+    ("Exception: upload failed: botocore.exceptions.EndpointConnectionError('Could not connect')", ErrorType.S3StorageError),
+])
+def test_generic_wrapper_is_typed_by_the_exception_its_message_holds(table: ExceptionTable, line, etype) -> None:
+    assert table.lookup_line(line).error_type is etype
+
+
+def test_specific_class_is_not_retyped_by_its_message(table: ExceptionTable) -> None:
+    line = "KeyError: \"ConnectionError('x')\""
+    assert table.lookup_line(line).error_type is ErrorType.KeyError
+    # a wrapper holding only an unknown class keeps its own type
+    assert table.lookup_line("RuntimeError: worker failed: MyLabError('x')").error_type is ErrorType.RuntimeError
+
+
 def test_unknown_class_of_unknown_package_falls_back(table: ExceptionTable) -> None:
     got = table.lookup_line("mylab.trainer.PlateauStop: no improvement in 5 evals")
     assert got is FALLBACK and got.error_type is ErrorType.Unknown
