@@ -102,7 +102,7 @@ def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
         category = spec.category or occ.rule.category
         if etype != spec.error_type and spec.category is None:
             category = default_category(etype)
-        cls = exceptions.classify(occ) if exceptions is not None else None
+        cls = exceptions.classify(occ, etype, category) if exceptions is not None else None
         if cls is not None:
             etype, category = cls.error_type, cls.category
         key = (occ.rule.id, etype.value) if cls is None else (occ.rule.id, etype.value, cls.tag)

@@ -63,6 +63,15 @@ _EXC_NAME_RE = regexcache.compile(
 _IGNORED_RE = regexcache.compile(
     r"^Exception ignored (?:in|on|while)\b|^Error in atexit\._run_exitfuncs|^Exception in thread .*"
     r"interpreter shutdown|^Error in sys\.excepthook")
+# a traceback a logger printed (`log.warning(msg, exc_info=True)`) under a message that says the
+# program handled it: it retries, skips or falls back
+_HANDLED_RE = regexcache.compile(
+    r"(?i)\bretrying\b|\bwill retry\b|\bretry in \d|\battempt \d+\s*(?:/|of)\s*\d+"
+    # skipping / ignoring only of what failed (DeepSpeed's `OVERFLOW! ... Skipping step` is not a caption)
+    r"|(?=.*\b(?:fail(?:ed|ure)?|error|exception|corrupt|could not|unable to|cannot)\b)"
+    r".*\b(?:skipping|ignoring|falling back|continuing (?:with|without|anyway))\b")
+# an uncaught exception of a thread other than the main one: printed, and the process goes on
+_THREAD_RE = regexcache.compile(r"^Exception in thread \S")
 _TEARDOWN_FUNCS = frozenset({"__del__", "_run_exitfuncs", "_exit_function", "_python_exit", "_shutdown",
                              "_atexit", "atexit_callback"})
 _SHUTDOWN_MSG_RE = regexcache.compile(
@@ -97,6 +106,8 @@ class ExceptionRecord:
     wraps_next: bool = False  # a later exception names this one as its cause / context
     launcher: bool = False  # a launcher's re-raise of a child's failure
     teardown: str | None = None  # why it is harmless: "ignored", "__del__", "atexit", "shutdown", ...
+    thread: bool = False  # raised in a thread other than the main one ("Exception in thread X:")
+    handled: bool = False  # printed by a logger under a message saying it retries / skips / falls back
 
     @property
     def key(self) -> str:
@@ -112,6 +123,9 @@ class _Stream:
     ignored: str | None = None
     ignored_line: int = -10**9
     pending: str | None = None  # chain separator seen, waiting for the next exception
+    thread_line: int = -10**9  # line of an "Exception in thread" notice
+    prev: tuple[int, str] = (-1, "")  # the stream's previous line (a logger's caption of a traceback)
+    handled: bool = False  # the open traceback's caption says the program handled it
     last_exc: int | None = None  # index of the last record of this stream
 
 
@@ -128,14 +142,14 @@ def strip_prefix(text: str) -> tuple[str, str]:
     return text[:end].strip(), text[end:]
 
 
-_STAMP_RE = regexcache.compile(r"^\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s?\|?\s?")
+_STAMP_RE = regexcache.compile(r"\s?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s?\|?\s?")
 
 
 def _stream_key(prefix: str) -> str:
     # the timestamp is not a stream; the rank/host tags are
-    if not prefix or not prefix[0].isdigit():
+    if "-" not in prefix:
         return prefix
-    return _STAMP_RE.sub("", prefix)
+    return _STAMP_RE.sub("", prefix).strip()
 
 
 def parse_exception_line(body: str, *, strict: bool = True) -> tuple[str, str, str, str, str | None] | None:
@@ -176,6 +190,7 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
         if stripped.startswith(_HEADER):
             if not (st.ignored and line_no - st.ignored_line <= 2):
                 st.start = line_no
+            st.handled = st.prev[0] == line_no - 1 and bool(_HANDLED_RE.search(st.prev[1]))
             st.open, st.frames, st.last = True, [], line_no
             continue
         if body.startswith(" ") and (fm := _FRAME_RE.match(body)):
@@ -186,11 +201,16 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
             st.pending = "cause" if _CAUSE_SEP in stripped else "context"
             st.last = line_no
             continue
+        if _THREAD_RE.match(stripped) and not _IGNORED_RE.match(stripped):
+            st.thread_line = st.last = st.start = line_no
+            continue
         if _IGNORED_RE.match(stripped):
             st.ignored = "atexit" if "atexit" in stripped else (
                 "shutdown" if "shutdown" in stripped else ("__del__" if "__del__" in stripped else "ignored"))
             st.ignored_line = st.last = st.start = line_no
             continue
+        if not st.open:
+            st.prev = (line_no, stripped)
         if body[:1] in (" ", "\t"):
             if st.open:
                 st.last = line_no  # source line / caret markers of a frame
@@ -203,7 +223,9 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
         qual, module, name, msg, inner = parsed
         start = st.start if (st.open and st.start is not None) else line_no
         rec = ExceptionRecord(line=line_no, text=text, start=start, stream=_stream_key(prefix), qualname=qual, module=module,
-                              name=name, message=msg, inner=inner, in_traceback=st.open, frames=list(st.frames))
+                              name=name, message=msg, inner=inner, in_traceback=st.open, frames=list(st.frames),
+                              thread=line_no - st.thread_line <= MAX_GAP and st.thread_line >= st.ignored_line,
+                              handled=st.open and st.handled)
         if st.pending and st.last_exc is not None:
             rec.chain, rec.chained_from = st.pending, st.last_exc
             records[st.last_exc].wraps_next = True
@@ -227,7 +249,7 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
         elif structured:
             seen.setdefault(rec.key, rec)
         records.append(rec)
-        st.open, st.frames, st.pending, st.start = False, [], None, None
+        st.open, st.frames, st.pending, st.start, st.thread_line, st.handled = False, [], None, None, -10**9, False
         if rec.teardown:
             st.ignored = None
         st.last_exc, st.last = len(records) - 1, line_no
@@ -420,13 +442,18 @@ class ExceptionView:
         for r in self.records:
             if r.teardown:
                 self.harmless[r.line] = f"teardown ({r.teardown})"
-            elif done is not None and r.line > done:
-                self.harmless[r.line] = "after the completion marker"
+            elif r.handled:
+                self.harmless[r.line] = "handled (its logger says it retries, skips or falls back)"
+            elif done is not None and r.line > done and r.thread:
+                # (the main thread's error after it is a failure: the final save or upload failed)
+                self.harmless[r.line] = "a background thread's, after the completion marker"
             elif r.line < went_on:
                 self.harmless[r.line] = "training went on after it"
         self._covered: set[int] = set()
 
-    def classify(self, occ) -> OccClass | None:
+    def classify(self, occ, etype: ErrorType, category: Category) -> OccClass | None:
+        """How an occurrence (read by its rule as `etype`/`category`) enters the events; None:
+        as the rule reads it."""
         rec = self.by_line.get(occ.line)
         if rec is None:
             return None
@@ -437,7 +464,7 @@ class ExceptionView:
             and occ.rule.id.startswith("py-")
         harmless = occ.line in self.harmless
         chained = rec.chain is not None
-        if generic and m is not FALLBACK and (m.error_type is not spec.error_type or m.role is not spec.role
+        if generic and m is not FALLBACK and (m.error_type is not etype or m.role is not spec.role
                                               or rec.launcher):
             if rec.launcher and m.role is Role.CAUSE:
                 m = replace(m, error_type=ErrorType.ChildFailedError, category=Category.FRAMEWORK,
@@ -447,8 +474,7 @@ class ExceptionView:
                             hint=m.hint, action=m.action, recovered=harmless, chained=chained)
         if not harmless:
             return None  # the rule's own reading stands (the compressor marks chained ones itself)
-        return OccClass(tag="harmless", error_type=spec.error_type,
-                        category=spec.category or occ.rule.category, role=spec.role, priority=occ.rule.priority,
+        return OccClass(tag="harmless", error_type=etype, category=category, role=spec.role, priority=occ.rule.priority,
                         rule_id=occ.rule.id, hint=spec.hint, action=spec.action, recovered=harmless,
                         chained=chained)
 

@@ -305,12 +305,33 @@ def test_completed_run_with_teardown_noise_is_no_failure(pipeline: Pipeline, don
     assert all(c.role == "recovered" for c in d.co_occurring)
 
 
-def test_exception_after_completion_marker_is_harmless(pipeline: Pipeline) -> None:
-    # not a teardown frame, but printed after training finished normally
-    late = ("Traceback (most recent call last):\n  File \"train.py\", line 90, in <module>\n"
-            "    push_to_hub()\nValueError: repo id must be a string\n")
-    d = diagnose(pipeline, TRAINING + COMPLETED + late)
+THREAD_AFTER_DONE = """
+Exception in thread NetStatThr:
+Traceback (most recent call last):
+  File "/usr/lib/python3.10/threading.py", line 1016, in _bootstrap_inner
+    self.run()
+  File "/opt/conda/lib/python3.10/site-packages/wandb/sdk/internal/internal_api.py", line 300, in check_network_status
+    status_response = self._interface.communicate_network_status()
+requests.exceptions.ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection without response'))
+"""
+
+
+def test_background_thread_exception_after_completion_is_harmless(pipeline: Pipeline) -> None:
+    (rec,) = records(THREAD_AFTER_DONE)
+    assert rec.thread and not rec.teardown
+    d = diagnose(pipeline, TRAINING + COMPLETED + THREAD_AFTER_DONE)
     assert d.root_cause.error_type is ErrorType.Unknown
+
+
+def test_main_thread_exception_after_completion_is_the_failure(pipeline: Pipeline) -> None:
+    # the final save or upload failed: the run did not deliver its model
+    late = ("Traceback (most recent call last):\n  File \"train.py\", line 90, in <module>\n"
+            "    trainer.save_model()\nOSError: [Errno 5] Input/output error\n")
+    d = diagnose(pipeline, TRAINING + COMPLETED + late)
+    assert d.root_cause.error_type is ErrorType.StorageError
+    # a thread's exception before the completion marker is not marked by it
+    (rec,) = records(THREAD_AFTER_DONE + "Traceback (most recent call last):\nKeyError: 'x'\n")[1:]
+    assert not rec.thread
 
 
 @pytest.mark.parametrize("noise", [DATALOADER_DEL, ATEXIT_WANDB])
@@ -329,6 +350,41 @@ def test_same_class_real_and_teardown_are_separate_events(pipeline: Pipeline) ->
     d = diagnose(pipeline, TRAINING + real + DATALOADER_DEL)
     assert d.root_cause.error_type is ErrorType.AttributeError
     assert d.root_cause.evidence[0].text.endswith("rotary_emb'")
+
+
+HANDLED_RETRY = """
+[2024-05-12 11:02:13,551] [WARNING] [train.py:412:save_checkpoint] saving checkpoint global_step500 failed (attempt 1/3), retrying in 30s
+Traceback (most recent call last):
+  File "/workspace/train.py", line 405, in save_checkpoint
+    torch.save(state, path)
+OSError: [Errno 5] Input/output error: '/mnt/nfs/ckpt/run7/global_step500/mp_rank_00_model_states.pt'
+[2024-05-12 11:02:44,012] [INFO] [train.py:418:save_checkpoint] saved checkpoint global_step500 on attempt 2
+"""
+
+HANDLED_SKIP = """
+[rank3]: 2024-06-01 08:00:00 WARNING data.py:88 - skipping corrupt sample 1234
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/workspace/data.py", line 80, in __getitem__
+[rank3]:     img = Image.open(path)
+[rank3]: PIL.UnidentifiedImageError: cannot identify image file '/data/img/1234.jpg'
+"""
+
+
+@pytest.mark.parametrize("text", [HANDLED_RETRY, HANDLED_SKIP])
+def test_a_traceback_its_logger_says_was_handled(text: str) -> None:
+    (rec,) = records(text)
+    assert rec.handled
+    # an uncaught traceback right after an unrelated line is not
+    (rec,) = records("loading shards\n" + text.split("\n", 2)[2])
+    assert not rec.handled
+
+
+def test_handled_then_real_failure_is_the_real_failure(pipeline: Pipeline) -> None:
+    real = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/workspace/train.py\", line 120, in resume\n"
+            "[rank0]:     opt.load_state_dict(state['optimizer'])\n[rank0]: KeyError: 'optimizer'\n")
+    d = diagnose(pipeline, HANDLED_RETRY + real)
+    assert d.root_cause.error_type is ErrorType.KeyError
+    assert any(c.role == "recovered" for c in d.co_occurring)
 
 
 # ---- typing by the table ------------------------------------------------------------------------
