@@ -124,7 +124,6 @@ class _Stream:
     ignored_line: int = -10**9
     pending: str | None = None  # chain separator seen, waiting for the next exception
     thread_line: int = -10**9  # line of an "Exception in thread" notice
-    prev: tuple[int, str] = (-1, "")  # the stream's previous line (a logger's caption of a traceback)
     handled: bool = False  # the open traceback's caption says the program handled it
     last_exc: int | None = None  # index of the last record of this stream
 
@@ -173,14 +172,35 @@ def parse_exception_line(body: str, *, strict: bool = True) -> tuple[str, str, s
     return qual, module, name, (m.group("msg") or "").strip(), m.group("inner")
 
 
-def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
+# a line that may start, continue or end a traceback (the rest is skipped unread)
+_RELEVANT = regexcache.compile(
+    r'Traceback|File "|exception|rror|xception|nterrupt|Exit|Fail|Invalid|imeout|Warning|TooLarge|StopIteration'
+    r'|Unavailable|Exceeded|Disconnected|Incomplete')
+
+
+def _caption_handled(lines: list[tuple[int, str]], i: int, prefix: str) -> bool:
+    """The line right above a traceback header, from the same stream, is a logger's message that
+    says the program handled the exception (it retries, skips or falls back)."""
+    if i == 0 or lines[i - 1][0] != lines[i][0] - 1:
+        return False
+    before_prefix, before = strip_prefix(lines[i - 1][1])
+    return _stream_key(before_prefix) == _stream_key(prefix) and bool(_HANDLED_RE.search(before))
+
+
+def parse_tracebacks(lines: list[tuple[int, str]], anchors: set[int] | None = None) -> list[ExceptionRecord]:
     """Every exception the lines print, with its chain links and teardown/launcher marks; `lines`
-    in line order (gaps allowed: what the compressor kept)."""
+    in line order (gaps allowed: what the compressor kept). `anchors`: the lines that may start
+    a traceback or be a lone exception (the error-looking ones); others are read only within
+    MAX_GAP lines after a traceback's header or frame (None: every line may)."""
     records: list[ExceptionRecord] = []
     streams: dict[str, _Stream] = {}
     seen: dict[str, ExceptionRecord] = {}  # first structured record per exception text (repeats)
-    for line_no, text in lines:
+    active_until = -1  # lines up to here may belong to a traceback seen: each is read in full
+    for i, (line_no, text) in enumerate(lines):
         if not text:
+            continue
+        # most kept lines are neither part of a traceback nor an exception: one C-level search
+        if line_no > active_until and (line_no not in anchors if anchors is not None else not _RELEVANT.search(text)):
             continue
         prefix, body = strip_prefix(text)
         st = streams.setdefault(_stream_key(prefix), _Stream())
@@ -190,12 +210,14 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
         if stripped.startswith(_HEADER):
             if not (st.ignored and line_no - st.ignored_line <= 2):
                 st.start = line_no
-            st.handled = st.prev[0] == line_no - 1 and bool(_HANDLED_RE.search(st.prev[1]))
+            st.handled = _caption_handled(lines, i, prefix)
             st.open, st.frames, st.last = True, [], line_no
+            active_until = line_no + MAX_GAP
             continue
         if body.startswith(" ") and (fm := _FRAME_RE.match(body)):
             st.frames.append(f"{fm.group('path')}:{fm.group('func')}")
             st.open, st.last = True, line_no
+            active_until = line_no + MAX_GAP
             continue
         if _CAUSE_SEP in stripped or _CONTEXT_SEP in stripped:
             st.pending = "cause" if _CAUSE_SEP in stripped else "context"
@@ -209,8 +231,6 @@ def parse_tracebacks(lines: list[tuple[int, str]]) -> list[ExceptionRecord]:
                 "shutdown" if "shutdown" in stripped else ("__del__" if "__del__" in stripped else "ignored"))
             st.ignored_line = st.last = st.start = line_no
             continue
-        if not st.open:
-            st.prev = (line_no, stripped)
         if body[:1] in (" ", "\t"):
             if st.open:
                 st.last = line_no  # source line / caret markers of a frame
@@ -389,19 +409,47 @@ def table_of(ruleset) -> ExceptionTable:
 # ---- into the diagnosis ------------------------------------------------------------------------
 
 
-def kept_lines(log) -> list[tuple[int, str]]:
-    """The lines the compressor kept, in order: each template's first and last line, the context
-    around error lines and every rule occurrence (a repeat folded into a template is there when
-    a rule matched it)."""
-    lines: dict[int, str] = {}
-    for t in log.templates:
-        lines[t.first_line] = t.text
-        if t.last_line != t.first_line:
-            lines[t.last_line] = t.last_line_text
-    lines.update(log.context)
+def kept_lines(log) -> tuple[list[tuple[int, str]], set[int]]:
+    """The lines the compressor kept that a traceback can be read from, in order, and the
+    *anchors* among them: lines flagged as error-looking (each template's first and last line),
+    the context kept around them and every rule occurrence (a repeat folded into a template is
+    there when a rule matched it). A traceback's header is flagged, so the plain lines after one
+    (its frames) are added for MAX_GAP lines; other plain lines are never read (a log of 50,000
+    distinct chatter lines costs one attribute test each)."""
+    lines: dict[int, str] = dict(log.context)
     for o in log.occurrences:
         lines.setdefault(o.line, o.text)
-    return sorted(lines.items())
+    for t in log.templates:
+        if t.flagged:
+            lines[t.first_line] = t.text
+            if t.last_line != t.first_line:
+                lines[t.last_line] = t.last_line_text
+    anchors = set(lines)
+    starts = sorted(n for n, text in lines.items() if "Traceback" in text)
+    if starts:
+        # merged windows [header, header + MAX_GAP]; templates come in order of their first line
+        windows: list[list[int]] = []
+        for n in starts:
+            if windows and n <= windows[-1][1]:
+                windows[-1][1] = n + MAX_GAP
+            else:
+                windows.append([n, n + MAX_GAP])
+        ends = [w[1] for w in windows]
+        w, n_windows = 0, len(windows)
+        for t in log.templates:
+            first = t.first_line
+            while w < n_windows and ends[w] < first:
+                w += 1
+            if t.flagged:
+                continue
+            if w < n_windows and windows[w][0] <= first:
+                lines.setdefault(first, t.text)
+            last = t.last_line
+            if last != first:
+                k = bisect_right(starts, last)
+                if k and last - starts[k - 1] <= MAX_GAP:
+                    lines.setdefault(last, t.last_line_text)
+    return sorted(lines.items()), anchors
 
 
 @dataclass
@@ -431,8 +479,8 @@ class ExceptionView:
 
         self.log = log
         self.table = table_of(ruleset)
-        self.kept = kept_lines(log)
-        self.records = parse_tracebacks(self.kept)
+        self.kept, anchors = kept_lines(log)
+        self.records = parse_tracebacks(self.kept, anchors)
         self.by_line = {r.line: r for r in self.records}
         self.matches = {r.line: self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner)
                         for r in self.records}
