@@ -388,14 +388,16 @@ def test_handled_then_real_failure_is_the_real_failure(pipeline: Pipeline) -> No
 
 
 def test_only_error_lines_and_traceback_windows_are_read(pipeline: Pipeline) -> None:
-    from app.core.exceptions import kept_lines
+    from app.core.exceptions import MAX_GAP, kept_lines
 
     chatter = "".join(f"note {i} shard-{i * 7919 % 100003:x} {'abcdefgh'[i % 8] * (i % 5 + 1)} ready\n"
                       for i in range(3000))
     text = TRAINING + chatter + COMPLETED + DATALOADER_DEL + chatter.replace("note", "later")
     log = pipeline.compress(io.BytesIO(text.encode()), workers=1)
     lines, anchors = kept_lines(log)
-    assert len(log.templates) > 2000 and len(lines) < 40  # the traceback and its window, not the chatter
+    assert len(log.templates) > 2000
+    # the chatter before the traceback is not read; after its header, a bounded window is
+    assert not any(t.startswith("note ") for _, t in lines) and len(lines) <= MAX_GAP + 20
     assert any("in __del__" in t for _, t in lines)  # a frame (not error-looking) inside the window
     assert pipeline.diagnose_compressed(log).diagnosis.root_cause.error_type is ErrorType.Unknown
 
