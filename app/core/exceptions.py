@@ -57,7 +57,7 @@ _EXC_LINE_RE = regexcache.compile(
     r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<name>[A-Za-z_]\w*))(?:\((?P<inner>[\w.]+)\))?(?::(?:\s(?P<msg>.*))?|\s*)$")
 # without a traceback around it, a line is an exception only when its class reads as one
 _EXC_NAME_RE = regexcache.compile(
-    r"^[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Failed|Invalid|Timeout|Warning)$|^Exception$"
+    r"^[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Failed|Invalid|Timeout)$|^Exception$"
     r"|^(?:KeyboardInterrupt|StopIteration|GeneratorExit|HeaderTooLarge)$")
 # teardown: the interpreter says it ignored the exception, or the frames say where it ran
 _IGNORED_RE = regexcache.compile(
