@@ -76,6 +76,10 @@ _TEARDOWN_FUNCS = frozenset({"__del__", "_run_exitfuncs", "_exit_function", "_py
                              "_atexit", "atexit_callback"})
 _SHUTDOWN_MSG_RE = regexcache.compile(
     r"(?i)python is likely shutting down|interpreter shutdown|sys\.meta_path is None")
+# an error line (no traceback) that says the process is exiting: the CUDA runtime unloading
+# (cudaErrorCudartUnloading, "driver shutting down") or the interpreter shutting down
+_SHUTDOWN_LINE_RE = regexcache.compile(
+    r"(?i)driver shutting down|cudaErrorCudartUnloading|python is likely shutting down|during interpreter shutdown")
 # a launcher re-raising a child's failure: its frames, or its command in the message
 _LAUNCHER_FRAME_RE = regexcache.compile(
     r"(?:accelerate/commands/launch\.py|accelerate/commands/accelerate_cli\.py|deepspeed/launcher/"
@@ -497,6 +501,11 @@ class ExceptionView:
                 self.harmless[r.line] = "a background thread's, after the completion marker"
             elif r.line < went_on:
                 self.harmless[r.line] = "training went on after it"
+        # not a traceback, but an error that says the process is exiting: NCCL's watchdog or a
+        # CUDA call after the CUDA runtime began unloading (`CUDA error: driver shutting down`)
+        for o in log.occurrences:
+            if o.line not in self.by_line and _SHUTDOWN_LINE_RE.search(o.text):
+                self.harmless[o.line] = "teardown (the process is shutting down)"
         self._covered: set[int] = set()
 
     def classify(self, occ, etype: ErrorType, category: Category) -> OccClass | None:
@@ -504,7 +513,11 @@ class ExceptionView:
         as the rule reads it."""
         rec = self.by_line.get(occ.line)
         if rec is None:
-            return None
+            if occ.line not in self.harmless:
+                return None
+            return OccClass(tag="harmless", error_type=etype, category=category, role=occ.rule.spec.role,
+                            priority=occ.rule.priority, rule_id=occ.rule.id, hint=occ.rule.spec.hint,
+                            action=occ.rule.spec.action, recovered=True, chained=False)
         self._covered.add(occ.line)
         m = self.matches[occ.line]
         spec = occ.rule.spec
@@ -530,6 +543,7 @@ class ExceptionView:
         """The lines of harmless tracebacks (notice, header and frames as kept, and the exception
         line): not "error-looking lines" of a log with no failure."""
         spans = [(r.start, r.line) for r in self.records if r.line in self.harmless]
+        spans += [(n, n) for n in self.harmless if n not in self.by_line]
         if not spans:
             return frozenset()
         lines = [line for line, _ in self.kept]

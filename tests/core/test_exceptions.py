@@ -334,7 +334,21 @@ def test_main_thread_exception_after_completion_is_the_failure(pipeline: Pipelin
     assert not rec.thread
 
 
-@pytest.mark.parametrize("noise", [DATALOADER_DEL, ATEXIT_WANDB])
+DRIVER_SHUTDOWN = """
+[rank1]:[E ProcessGroupNCCL.cpp:1182] [Rank 1] NCCL watchdog thread terminated with exception: CUDA error: driver shutting down
+[rank3]:[E ProcessGroupNCCL.cpp:1182] [Rank 3] NCCL watchdog thread terminated with exception: CUDA error: driver shutting down
+"""
+
+
+def test_an_error_saying_the_process_is_exiting_is_teardown(pipeline: Pipeline) -> None:
+    d = diagnose(pipeline, TRAINING + COMPLETED + DRIVER_SHUTDOWN)
+    assert d.root_cause.explanation.startswith("no failure found: training finished normally")
+    real = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    d = diagnose(pipeline, TRAINING + real + DRIVER_SHUTDOWN)
+    assert d.root_cause.error_type is ErrorType.OutOfMemoryError
+
+
+@pytest.mark.parametrize("noise", [DATALOADER_DEL, ATEXIT_WANDB, DRIVER_SHUTDOWN])
 def test_real_failure_followed_by_teardown_noise_is_the_failure(pipeline: Pipeline, noise: str) -> None:
     real = ("Traceback (most recent call last):\n  File \"train.py\", line 10, in <module>\n    main()\n"
             "KeyError: 'input_ids'\n")
