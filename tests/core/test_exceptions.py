@@ -127,7 +127,22 @@ INTERLEAVED_MPIRUN = """
 """
 
 
+INTERLEAVED_PDSH = """
+10.0.0.1: Traceback (most recent call last):
+10.0.0.2: Traceback (most recent call last):
+10.0.0.1:   File "/workspace/pretrain_gpt.py", line 158, in <module>
+10.0.0.2:   File "/workspace/pretrain_gpt.py", line 158, in <module>
+10.0.0.2:     pretrain(train_valid_test_datasets_provider, model_provider)
+10.0.0.1:     pretrain(train_valid_test_datasets_provider, model_provider)
+10.0.0.2: RuntimeError: CUDA error: an illegal memory access was encountered
+10.0.0.1: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, remote process exited or there was a network error
+"""
+
+
 def test_interleaved_tracebacks_stay_apart_by_prefix() -> None:
+    recs = {r.stream: r for r in records(INTERLEAVED_PDSH)}
+    assert recs["10.0.0.2:"].name == "RuntimeError" and recs["10.0.0.2:"].in_traceback
+    assert recs["10.0.0.1:"].qualname == "torch.distributed.DistBackendError"
     recs = {r.stream: r for r in records(INTERLEAVED_TORCHRUN)}
     assert recs["[rank1]:"].name == "OutOfMemoryError" and recs["[rank1]:"].frames == ["train.py:<module>"]
     assert recs["[rank0]:"].name == "KeyError" and len(recs["[rank0]:"].frames) == 2
