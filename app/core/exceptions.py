@@ -66,10 +66,11 @@ _IGNORED_RE = regexcache.compile(
 # a traceback a logger printed (`log.warning(msg, exc_info=True)`) under a message that says the
 # program handled it: it retries, skips or falls back
 _HANDLED_RE = regexcache.compile(
-    r"(?i)\bretrying\b|\bwill retry\b|\bretry in \d|\battempt \d+\s*(?:/|of)\s*\d+"
-    # skipping / ignoring only of what failed (DeepSpeed's `OVERFLOW! ... Skipping step` is not a caption)
-    r"|(?=.*\b(?:fail(?:ed|ure)?|error|exception|corrupt|could not|unable to|cannot)\b)"
-    r".*\b(?:skipping|ignoring|falling back|continuing (?:with|without|anyway))\b")
+    # it names what failed (DeepSpeed's `OVERFLOW! ... Skipping step`, a client's bare
+    # `Retrying in 1s [Retry 1/5].` after the previous error are not captions)
+    r"(?i)(?=.*\b(?:fail(?:ed|ure|s)?|error|exception|corrupt|could not|unable to|cannot)\b)"
+    r".*(?:\bretrying\b|\bwill retry\b|\bretry in \d|\battempt \d+\s*(?:/|of)\s*\d+"
+    r"|\bskipping\b|\bignoring\b|\bfalling back\b|\bcontinuing (?:with|without|anyway)\b)")
 # an uncaught exception of a thread other than the main one: printed, and the process goes on
 _THREAD_RE = regexcache.compile(r"^Exception in thread \S")
 _TEARDOWN_FUNCS = frozenset({"__del__", "_run_exitfuncs", "_exit_function", "_python_exit", "_shutdown",
