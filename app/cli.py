@@ -284,10 +284,12 @@ def rules_test(rules_dir: str | None, overlay: str | None) -> None:
         _fail(f"bad rules: {exc}")
     failures = check_examples(rs)
     n = sum(len(r.spec.examples.match) + len(r.spec.examples.no_match) for r in [*rs.diagnosis, *rs.filters])
+    n += sum(len(e.examples.match) + len(e.examples.no_match) for e in rs.exceptions)
     for f in failures:
         want = "should match" if f.expected_match else "should not match"
         click.echo(f"FAIL {f.source}: {f.rule_id} {want}: {f.example}")
-    click.echo(f"{len(rs.diagnosis)} diagnosis rules, {len(rs.filters)} filter rules, {len(rs.policies)} policies; "
+    click.echo(f"{len(rs.diagnosis)} diagnosis rules, {len(rs.filters)} filter rules, {len(rs.policies)} policies, "
+               f"{len(rs.exceptions)} exception-table entries; "
                f"{n - len(failures)}/{n} examples pass (rules version {rs.version})")
     sys.exit(1 if failures else 0)
 

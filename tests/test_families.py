@@ -21,8 +21,6 @@ CASES = sorted(p for p in FAMILIES.iterdir() if p.is_dir()) if FAMILIES.is_dir()
 
 # case name -> why the current ranking/policy code (app/, not rules/) gets it wrong
 XFAIL: dict[str, str] = {
-    'c-py-14': (
-        "a retried-and-successful checkpoint save printed an Errno 5 I/O error before the resume that fails on KeyError 'optimizer'; io-error (78) outranks py-key (50). Needs code: an event whose traceback is followed by a success line for the same operation (or sustained progress) is recovered"),
 }
 
 MIN_ACCURACY = 0.9

@@ -83,9 +83,12 @@ def _attach_summary_fields(occ: Occurrence, nearby: dict[int, str]) -> None:
             occ.rank = int(m.group("rank"))
 
 
-def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
-    """Group rule occurrences into events (one per rule and resolved type), in line order."""
-    by_key: dict[tuple[str, str], ErrorEvent] = {}
+def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
+    """Group rule occurrences into events (one per rule and resolved type), in line order.
+    `exceptions`: an `app.core.exceptions.ExceptionView` of the log's tracebacks (None: off); an
+    occurrence on an exception line is then typed/role-labelled by it (a teardown exception is
+    its own, recovered, event) and exception lines no rule matched become events of their own."""
+    by_key: dict[tuple[str, ...], ErrorEvent] = {}
     nearby = {**{t.first_line: t.text for t in log.templates}, **log.context}
     # occurrences are capped per rule; the folded template knows the true last line
     template_last = {fold_key(t.text): t.last_line for t in log.templates if t.flagged}
@@ -99,7 +102,10 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
         category = spec.category or occ.rule.category
         if etype != spec.error_type and spec.category is None:
             category = default_category(etype)
-        key = (occ.rule.id, etype.value)
+        cls = exceptions.classify(occ, etype, category) if exceptions is not None else None
+        if cls is not None:
+            etype, category = cls.error_type, cls.category
+        key = (occ.rule.id, etype.value) if cls is None else (occ.rule.id, etype.value, cls.tag)
         ev = by_key.get(key)
         if ev is None:
             role, priority = spec.role, occ.rule.priority
@@ -107,6 +113,9 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
                 id="", error_type=etype, category=category, role=role, priority=priority,
                 rule_id=occ.rule.id, first_line=occ.line, count=0, text=occ.text,
                 action=spec.action, hint=spec.hint, first_rank=occ.rank, first_host=occ.host)
+            if cls is not None:
+                ev.role, ev.priority, ev.rule_id, ev.hint, ev.action = cls.role, cls.priority, cls.rule_id, cls.hint, cls.action
+                ev.recovered, ev.chained = cls.recovered, cls.chained
             by_key[key] = ev
         ev.count += 1
         ev.last_line = max(ev.last_line, occ.line, template_last.get(fold_key(occ.text), 0))
@@ -123,8 +132,8 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
         if occ.after_chain_marker and ev.count == 1:
             ev.chained = True
     # occurrences are capped per rule; a rule that yields one event gets the uncapped count
-    events_per_rule = Counter(rule_id for rule_id, _ in by_key)
-    for (rule_id, _), ev in by_key.items():
+    events_per_rule = Counter(key[0] for key in by_key)
+    for (rule_id, *_), ev in by_key.items():
         if events_per_rule[rule_id] == 1:
             ev.count = max(ev.count, log.rule_counts.get(rule_id, ev.count))
     events = sorted(by_key.values(), key=lambda e: e.first_line)
@@ -134,6 +143,8 @@ def events_from_log(log: CompressedLog) -> list[ErrorEvent]:
             _set_onset(ev, log.metrics, _step_of(ev.text))
         ev.warning = bool(ev.occurrences) and all(_PY_WARNING.search(o.text) for o in ev.occurrences)
         ev.retried = bool(ev.occurrences) and all(_retried(o, nearby) for o in ev.occurrences)
+    if exceptions is not None:
+        events.extend(exceptions.extra_events())
     events.extend(_metric_events(log))
     events.sort(key=lambda e: e.first_line)
     for i, ev in enumerate(events, 1):

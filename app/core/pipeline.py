@@ -15,6 +15,7 @@ from typing import BinaryIO
 from app import __version__
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
+from app.core.exceptions import ExceptionView
 from app.core.ingest import Limits
 from app.core.onset import refine_onset
 from app.core import ablation
@@ -102,11 +103,13 @@ class Pipeline:
                             source: Source | None = None) -> DiagnosisResult:
         """`source`: the log file again, when it can be re-read: a loss spike's or non-finite
         loss's onset is then found exactly (app/core/onset.py), not at the next sampled line."""
-        events = events_from_log(log)
-        ranking = rank_events(events, log)
+        exceptions = ExceptionView(log, self.ruleset) if ablation.enabled("exceptions") else None
+        events = events_from_log(log, exceptions)
+        harmless = exceptions.harmless_lines() if exceptions is not None else frozenset()
+        ranking = rank_events(events, log, harmless=harmless)
         if source is not None and refine_onset(source, self.ruleset, ranking.root_event, log.signal_shapes):
             events.sort(key=lambda e: e.first_line)
-            ranking = rank_events(events, log)
+            ranking = rank_events(events, log, harmless=harmless)
         action = self.decide_action(ranking, log, job=job, events=events)
         diagnosis = Diagnosis(
             root_cause=ranking.root, co_occurring=ranking.co_occurring, action=action,

@@ -179,14 +179,16 @@ def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
             ev.recovered = True
 
 
-def rank_events(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
+def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: frozenset[int] = frozenset()) -> Ranking:
+    """`harmless`: lines of tracebacks printed at teardown or ignored (app/core/exceptions.py),
+    which are not error-looking lines of a log with no failure."""
     if not events:
-        return _no_events(log)
+        return _no_events(log, harmless)
     mark_recovered(events, log)
     mark_peer_consequences(events)
     root = max(events, key=_key)
     if root.recovered:  # every error was followed by more training: the job stalled later
-        return _stalled_after_recovered(events, log)
+        return _stalled_after_recovered(events, log, harmless)
     role = effective_role(root)
     co: list[CoOccurring] = []
     n_symptoms = 0
@@ -236,10 +238,12 @@ def _co(ev: ErrorEvent, role: str) -> CoOccurring:
                        rule_id=ev.rule_id, ranks=sorted(ev.ranks)[:64], hosts=sorted(ev.hosts)[:64])
 
 
-def _stalled_after_recovered(events: list[ErrorEvent], log: CompressedLog) -> Ranking:
-    hang = _no_events(log)
+def _stalled_after_recovered(events: list[ErrorEvent], log: CompressedLog,
+                             harmless: frozenset[int] = frozenset()) -> Ranking:
+    hang = _no_events(log, harmless)
     hang.co_occurring.extend(_co(ev, "recovered") for ev in events)
-    hang.root.explanation += f" {len(events)} earlier error type(s) were followed by more training (recovered)."
+    hang.root.explanation += (f" {len(events)} earlier error type(s) were followed by more training, or printed at "
+                              "teardown (recovered).")
     return hang
 
 
@@ -255,9 +259,10 @@ def _no_failure(why: str, evidence: list[Evidence]) -> Ranking:
     return Ranking(rc, None, [], only_symptoms=False)
 
 
-def _no_events(log: CompressedLog) -> Ranking:
+def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ranking:
     before = survived_before(log)
-    flagged = [f for f in log.flagged_lines if f[0] >= before]  # error-looking lines training survived
+    # error-looking lines training did not survive, other than harmless (teardown) tracebacks
+    flagged = [f for f in log.flagged_lines if f[0] >= before and f[0] not in harmless]
     if flagged:
         line, text = flagged[0]
         rc = RootCause(

@@ -84,6 +84,40 @@ def _compiles(value: str) -> str:
     return value
 
 
+def _compiles_ci(value: str) -> str:
+    try:
+        regex.compile(value, regex.I)
+    except regex.error as exc:
+        raise ValueError(f"does not compile ({exc}): {value!r}") from None
+    return value
+
+
+ClassName = Annotated[str, Check(pattern=r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*$")]
+
+
+@dataclass(slots=True, kw_only=True)
+class ExceptionEntrySpec(Strict):
+    """One entry of the exception table (`kind: exceptions`, app/core/exceptions.py): exception
+    classes (bare `KeyError` or qualified `torch.distributed.DistBackendError`), optionally only
+    in these module families and with a message matching `message`, to a canonical type. An entry
+    without `classes` types classes no entry names: by module family and `name_pattern` (a regex
+    on the class's own name). `examples` are exception lines that must (not) resolve to it."""
+
+    id: RuleId
+    classes: list[ClassName] = field(default_factory=list)
+    modules: list[Annotated[str, Check(pattern=r"^[A-Za-z_][\w.]*$")]] = field(default_factory=list)
+    name_pattern: Annotated[str, After(_compiles)] | None = None
+    message: Annotated[str, After(_compiles_ci)] | None = None
+    error_type: ErrorType
+    category: Category | None = None
+    role: Role = Role.CAUSE
+    priority: Annotated[int, Check(ge=0, le=100)] = 50
+    action: ActionKind | None = None
+    hint: str | None = None
+    source: str  # where the class names come from (project, file or documentation page)
+    examples: Examples
+
+
 @dataclass(slots=True, kw_only=True)
 class PolicySpec(Strict):
     id: RuleId
@@ -99,7 +133,9 @@ class PolicySpec(Strict):
 
 @dataclass(slots=True, kw_only=True)
 class RuleFile(Strict):
-    kind: Literal["diagnosis", "filter", "policy"]
+    kind: Literal["diagnosis", "filter", "policy", "exceptions"]
     family: str
     description: str | None = None
-    rules: list[DiagnosisRuleSpec] | list[FilterRuleSpec] | list[PolicySpec] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # where a catalog's names come from
+    rules: list[DiagnosisRuleSpec] | list[FilterRuleSpec] | list[PolicySpec] | list[ExceptionEntrySpec] = \
+        field(default_factory=list)

@@ -33,7 +33,7 @@ import regex
 from app import resources
 from app.core import regexcache
 from app.core.rule_specs import (  # noqa: F401 - the specs are part of this module's interface
-    DiagnosisRuleSpec, Examples, FilterKind, FilterRuleSpec, PolicySpec, RuleFile, _RuleBase,
+    DiagnosisRuleSpec, Examples, ExceptionEntrySpec, FilterKind, FilterRuleSpec, PolicySpec, RuleFile, _RuleBase,
 )
 from app.core.types import Category, Role, default_category
 from app.core.validation import error_message, validate
@@ -141,6 +141,7 @@ class RuleSet:
     diagnosis: list[DiagnosisRule] = field(default_factory=list)
     filters: list[FilterRule] = field(default_factory=list)
     policies: list[PolicySpec] = field(default_factory=list)
+    exceptions: list[ExceptionEntrySpec] = field(default_factory=list)  # the exception table
     version: str = ""
     files: list[str] = field(default_factory=list)
 
@@ -203,9 +204,10 @@ def _load_file(path: Path) -> RuleFile | None:
     kind = raw.get("kind")
     if kind in OTHER_KINDS:
         return None
-    model = {"diagnosis": DiagnosisRuleSpec, "filter": FilterRuleSpec, "policy": PolicySpec}.get(kind)
+    model = {"diagnosis": DiagnosisRuleSpec, "filter": FilterRuleSpec, "policy": PolicySpec,
+             "exceptions": ExceptionEntrySpec}.get(kind)
     if model is None:
-        raise RuleError(f"{path.name}: kind must be diagnosis, filter or policy, got {kind!r}")
+        raise RuleError(f"{path.name}: kind must be diagnosis, filter, policy or exceptions, got {kind!r}")
     rules_raw = raw.get("rules") or []
     if not isinstance(rules_raw, list):
         raise RuleError(f"{path.name}: 'rules' must be a list")
@@ -349,6 +351,9 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
             if isinstance(spec, PolicySpec):
                 ruleset.policies.append(spec)
                 continue
+            if isinstance(spec, ExceptionEntrySpec):
+                ruleset.exceptions.append(spec)
+                continue
             compiled, args = compile_pattern_args(spec.pattern, ignore_case=spec.ignore_case, where=where)
             _check_groups(compiled, where, spec.pattern)
             lazy = LazyPattern(compiled.pattern, compiled.flags, re2_form(compiled.pattern, compiled.flags), compiled,
@@ -382,4 +387,9 @@ def check_examples(ruleset: RuleSet) -> list[ExampleFailure]:
         for text in rule.spec.examples.no_match:
             if rule.regex.search(text, timeout=1.0):
                 failures.append(ExampleFailure(rule.id, rule.source, text, False))
+    if ruleset.exceptions:  # an exception line must resolve to its entry (app/core/exceptions.py)
+        from app.core.exceptions import check_table_examples, table_of
+
+        failures += [ExampleFailure(rid, "exceptions", text, want)
+                     for rid, text, want in check_table_examples(table_of(ruleset))]
     return failures

@@ -1,0 +1,563 @@
+"""Exception structure (app/core/exceptions.py, rules/exceptions.yaml): tracebacks parsed into
+typed records with chain links, launcher re-raises and teardown marks, and what that does to a
+diagnosis. Each traceback shape is taken in at least two emitters' forms."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.exceptions import (
+    FALLBACK, ExceptionTable, check_table_examples, parse_tracebacks, strip_prefix, table_of,
+)
+from app.core.pipeline import Pipeline
+from app.core.rules import RuleError, load_rules
+from app.core.types import ErrorType, Role
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def numbered(text: str) -> list[tuple[int, str]]:
+    return list(enumerate(text.strip("\n").splitlines(), 1))
+
+
+def records(text: str):
+    return parse_tracebacks(numbered(text))
+
+
+def diagnose(pipeline: Pipeline, text: str):
+    return pipeline.diagnose(io.BytesIO(text.strip("\n").encode() + b"\n"), workers=1).diagnosis
+
+
+# ---- prefixes -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line,prefix,body", [
+    ("[rank3]: Traceback (most recent call last):", "[rank3]:", "Traceback (most recent call last):"),
+    ("[rank3]:   File \"train.py\", line 3, in <module>", "[rank3]:", "  File \"train.py\", line 3, in <module>"),
+    ("10.0.0.1: [rank12]: KeyError: 'x'", "10.0.0.1: [rank12]:", "KeyError: 'x'"),
+    ("[1,4]<stderr>:ValueError: bad", "[1,4]<stderr>:", "ValueError: bad"),
+    ("node-7: RuntimeError: boom", "node-7:", "RuntimeError: boom"),
+    ("[default0]:Traceback (most recent call last):", "[default0]:", "Traceback (most recent call last):"),
+    ("(RayTrainWorker pid=364, ip=10.0.0.218) KeyError: 'x'", "(RayTrainWorker pid=364, ip=10.0.0.218)", "KeyError: 'x'"),
+    ("2024-05-01T10:00:00.123Z [rank1]: OSError: x", "2024-05-01T10:00:00.123Z [rank1]:", "OSError: x"),
+    # a qualified class name is not a host label
+    ("urllib3.exceptions.MaxRetryError: HTTPSConnectionPool", "", "urllib3.exceptions.MaxRetryError: HTTPSConnectionPool"),
+    ("boto3.exceptions.S3UploadFailedError: Failed", "", "boto3.exceptions.S3UploadFailedError: Failed"),
+])
+def test_strip_prefix(line: str, prefix: str, body: str) -> None:
+    assert strip_prefix(line) == (prefix, body)
+
+
+# ---- chains -------------------------------------------------------------------------------------
+
+HF_DATASETS_CHAIN = """
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/datasets/builder.py", line 1973, in _prepare_split_single
+    for _, table in generator:
+  File "pyarrow/error.pxi", line 91, in pyarrow.lib.check_status
+pyarrow.lib.ArrowInvalid: JSON parse error: Missing a name for object member. in row 0
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "train.py", line 20, in <module>
+    ds = load_dataset("json", data_files="x.json")
+  File "/opt/conda/lib/python3.10/site-packages/datasets/builder.py", line 2008, in _prepare_split_single
+    raise DatasetGenerationError("An error occurred while generating the dataset") from e
+datasets.exceptions.DatasetGenerationError: An error occurred while generating the dataset
+"""
+
+HUB_CONTEXT_CHAIN = """
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/usr/lib/python3/site-packages/urllib3/connection.py", line 198, in _new_conn
+[rank0]:     sock = connection.create_connection(
+[rank0]: urllib3.exceptions.NewConnectionError: <urllib3.connection.HTTPSConnection object at 0x7f>: Failed to establish a new connection: [Errno 101] Network is unreachable
+[rank0]:
+[rank0]: During handling of the above exception, another exception occurred:
+[rank0]:
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/usr/lib/python3/site-packages/transformers/utils/hub.py", line 402, in cached_file
+[rank0]:     resolved_file = hf_hub_download(
+[rank0]: OSError: We couldn't connect to 'https://huggingface.co' to load this file.
+"""
+
+
+def test_direct_cause_chain_links_inner_to_outer() -> None:
+    inner, outer = records(HF_DATASETS_CHAIN)
+    assert (inner.qualname, inner.module, inner.name) == ("pyarrow.lib.ArrowInvalid", "pyarrow.lib", "ArrowInvalid")
+    assert inner.wraps_next and inner.chain is None
+    assert outer.chain == "cause" and outer.chained_from == 0
+    assert outer.name == "DatasetGenerationError" and outer.in_traceback
+
+
+def test_context_chain_with_rank_prefixes() -> None:
+    inner, outer = records(HUB_CONTEXT_CHAIN)
+    assert inner.name == "NewConnectionError" and inner.stream == "[rank0]:"
+    assert outer.chain == "context" and outer.name == "OSError" and outer.module == ""
+
+
+# ---- interleaved ranks --------------------------------------------------------------------------
+
+INTERLEAVED_TORCHRUN = """
+[rank1]: Traceback (most recent call last):
+[rank0]: Traceback (most recent call last):
+[rank1]:   File "train.py", line 40, in <module>
+[rank0]:   File "train.py", line 40, in <module>
+[rank1]:     loss.backward()
+[rank0]:     batch = next(it)
+[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.
+[rank0]:   File "/opt/conda/lib/python3.10/site-packages/datasets/arrow_dataset.py", line 2800, in __getitem__
+[rank0]: KeyError: 'input_ids'
+"""
+
+INTERLEAVED_MPIRUN = """
+[1,0]<stderr>:Traceback (most recent call last):
+[1,1]<stderr>:Traceback (most recent call last):
+[1,0]<stderr>:  File "hvd_train.py", line 88, in <module>
+[1,1]<stderr>:  File "hvd_train.py", line 91, in <module>
+[1,0]<stderr>:    opt.step()
+[1,1]<stderr>:    hvd.allreduce(t)
+[1,1]<stderr>:horovod.common.exceptions.HorovodInternalError: ncclAllReduce failed: unhandled system error
+[1,0]<stderr>:ZeroDivisionError: float division by zero
+"""
+
+
+INTERLEAVED_PDSH = """
+10.0.0.1: Traceback (most recent call last):
+10.0.0.2: Traceback (most recent call last):
+10.0.0.1:   File "/workspace/pretrain_gpt.py", line 158, in <module>
+10.0.0.2:   File "/workspace/pretrain_gpt.py", line 158, in <module>
+10.0.0.2:     pretrain(train_valid_test_datasets_provider, model_provider)
+10.0.0.1:     pretrain(train_valid_test_datasets_provider, model_provider)
+10.0.0.2: RuntimeError: CUDA error: an illegal memory access was encountered
+10.0.0.1: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, remote process exited or there was a network error
+"""
+
+
+def test_interleaved_tracebacks_stay_apart_by_prefix() -> None:
+    recs = {r.stream: r for r in records(INTERLEAVED_PDSH)}
+    assert recs["10.0.0.2:"].name == "RuntimeError" and recs["10.0.0.2:"].in_traceback
+    assert recs["10.0.0.1:"].qualname == "torch.distributed.DistBackendError"
+    recs = {r.stream: r for r in records(INTERLEAVED_TORCHRUN)}
+    assert recs["[rank1]:"].name == "OutOfMemoryError" and recs["[rank1]:"].frames == ["train.py:<module>"]
+    assert recs["[rank0]:"].name == "KeyError" and len(recs["[rank0]:"].frames) == 2
+    recs = {r.stream: r for r in records(INTERLEAVED_MPIRUN)}
+    assert recs["[1,1]<stderr>:"].name == "HorovodInternalError" and recs["[1,1]<stderr>:"].in_traceback
+    assert recs["[1,0]<stderr>:"].name == "ZeroDivisionError" and recs["[1,0]<stderr>:"].in_traceback
+
+
+# ---- launcher re-raises -------------------------------------------------------------------------
+
+ACCELERATE_RERAISE = """
+Traceback (most recent call last):
+  File "/opt/conda/bin/accelerate", line 8, in <module>
+    sys.exit(main())
+  File "/opt/conda/lib/python3.10/site-packages/accelerate/commands/accelerate_cli.py", line 48, in main
+    args.func(args)
+  File "/opt/conda/lib/python3.10/site-packages/accelerate/commands/launch.py", line 1097, in launch_command
+    simple_launcher(args)
+  File "/opt/conda/lib/python3.10/site-packages/accelerate/commands/launch.py", line 703, in simple_launcher
+    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)
+subprocess.CalledProcessError: Command '['/opt/conda/bin/python3', 'finetune.py', '--bf16']' returned non-zero exit status 1.
+"""
+
+TORCHRUN_RERAISE = """
+Traceback (most recent call last):
+  File "/usr/local/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/usr/local/lib/python3.10/dist-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 346, in wrapper
+    return f(*args, **kwargs)
+  File "/usr/local/lib/python3.10/dist-packages/torch/distributed/run.py", line 806, in main
+    run(args)
+  File "/usr/local/lib/python3.10/dist-packages/torch/distributed/launcher/api.py", line 264, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+"""
+
+BUILD_STEP_CALLEDPROCESS = """
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/torch/utils/cpp_extension.py", line 2100, in _run_ninja_build
+    subprocess.run(
+  File "/usr/lib/python3.10/subprocess.py", line 526, in run
+    raise CalledProcessError(retcode, process.args,
+subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.
+"""
+
+
+def test_launcher_reraises_are_marked() -> None:
+    (acc,) = records(ACCELERATE_RERAISE)
+    (trun,) = records(TORCHRUN_RERAISE)
+    (build,) = records(BUILD_STEP_CALLEDPROCESS)
+    assert acc.launcher and trun.launcher
+    assert not build.launcher  # a build step's failed command is the failure itself
+
+
+def test_launcher_reraise_is_not_the_root_cause(pipeline: Pipeline) -> None:
+    d = diagnose(pipeline, "step 1 loss 2.0\n" + INTERLEAVED_TORCHRUN.replace("[rank0]", "[rankX]") + ACCELERATE_RERAISE)
+    assert d.root_cause.error_type is ErrorType.OutOfMemoryError
+    # alone, the re-raise says only that a worker failed: no type is invented for it
+    d = diagnose(pipeline, ACCELERATE_RERAISE)
+    assert d.root_cause.error_type is ErrorType.Unknown
+    d = diagnose(pipeline, BUILD_STEP_CALLEDPROCESS)
+    assert d.root_cause.error_type is ErrorType.CalledProcessError
+
+
+# ---- teardown -----------------------------------------------------------------------------------
+
+DATALOADER_DEL = """
+Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f1c2c3e0ee0>
+Traceback (most recent call last):
+  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1479, in __del__
+    self._shutdown_workers()
+  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1443, in _shutdown_workers
+    w.join(timeout=_utils.MP_STATUS_CHECK_INTERVAL)
+AttributeError: 'NoneType' object has no attribute 'join'
+"""
+
+ATEXIT_WANDB = """
+Error in atexit._run_exitfuncs:
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/wandb/sdk/wandb_run.py", line 2300, in _atexit_cleanup
+    self._on_finish()
+  File "/opt/conda/lib/python3.10/site-packages/wandb/sdk/interface/router_sock.py", line 27, in _read_message
+    resp = self._sock_client.read_server_response(timeout=1)
+ConnectionResetError: [Errno 104] Connection reset by peer
+"""
+
+SHUTDOWN_THREAD = """
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "/usr/lib/python3.10/threading.py", line 1016, in _bootstrap_inner
+[rank2]:     self.run()
+[rank2]:   File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/_utils/pin_memory.py", line 49, in do_one_step
+[rank2]: ImportError: sys.meta_path is None, Python is likely shutting down
+"""
+
+DEL_FRAME_ONLY = """
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 3601, in __del__
+    self.destroy()
+RuntimeError: Cannot re-initialize CUDA in forked subprocess.
+"""
+
+
+@pytest.mark.parametrize("text,why", [
+    (DATALOADER_DEL, "__del__"), (ATEXIT_WANDB, "atexit"), (SHUTDOWN_THREAD, "shutdown"), (DEL_FRAME_ONLY, "__del__"),
+])
+def test_teardown_exceptions_are_marked(text: str, why: str) -> None:
+    (rec,) = records(text)
+    assert rec.teardown == why
+
+
+def test_repeats_on_other_ranks_take_the_first_ones_structure() -> None:
+    # ranks 1..3 print the same teardown traceback; the compressor keeps the first one whole and
+    # of the later ones only the final lines (a rule matched them) and the last template lines
+    full = numbered(TQDM_DEL_PREFIXED)
+    kept = full[:7] + [(n, t.replace("[default1]", f"[default{r}]")) for r, (n, t) in
+                       zip((1, 2, 3), [(20, full[13][1]), (30, full[13][1]), (40, full[13][1])])]
+    recs = parse_tracebacks(kept)
+    assert [r.teardown for r in recs] == ["__del__"] * 4
+
+
+def test_a_word_colon_line_far_from_an_open_traceback_is_not_its_exception() -> None:
+    lines = [(1, "Traceback (most recent call last):"), (2, '  File "x.py", line 1, in <module>'),
+             (50, "Loss: 2.31"), (51, "KeyError: 'a'")]
+    assert [r.name for r in parse_tracebacks(lines)] == ["KeyError"]
+
+
+def test_teardown_mark_does_not_leak_to_the_next_traceback() -> None:
+    recs = records(DATALOADER_DEL + "\n" + HF_DATASETS_CHAIN)
+    assert recs[0].teardown and not any(r.teardown for r in recs[1:])
+
+
+TRAINING = """
+[INFO|trainer.py:1000] 2024-01-01 10:00:00 >> ***** Running training *****
+{'loss': 2.1, 'learning_rate': 1e-05, 'epoch': 0.5}
+{'loss': 1.9, 'learning_rate': 1e-05, 'epoch': 1.0}
+"""
+COMPLETED = """
+{'train_runtime': 100.0, 'train_samples_per_second': 10.0, 'train_steps_per_second': 1.0, 'train_loss': 2.0, 'epoch': 1.0}
+[INFO|trainer.py:2383] 2024-01-01 10:00:00 >> Training completed. Do not forget to share your model on huggingface.co/models =)
+"""
+
+
+LIGHTNING_DONE = """
+Epoch 0: 100%|##########| 50/50 [00:10<00:00,  4.90it/s, v_num=0, train_loss=1.20]
+`Trainer.fit` stopped: `max_epochs=1` reached.
+"""
+
+TQDM_DEL_PREFIXED = """
+[default0]:Exception ignored in: <function tqdm.__del__ at 0x7f8e2c1b9a60>
+[default0]:Traceback (most recent call last):
+[default0]:  File "/opt/conda/lib/python3.10/site-packages/tqdm/std.py", line 1148, in __del__
+[default0]:    self.close()
+[default0]:  File "/opt/conda/lib/python3.10/site-packages/tqdm/std.py", line 1277, in close
+[default0]:    if self.last_print_t < self.start_t + self.delay:
+[default0]:AttributeError: 'tqdm' object has no attribute 'last_print_t'
+[default1]:Exception ignored in: <function tqdm.__del__ at 0x7f3a2c1b9a60>
+[default1]:Traceback (most recent call last):
+[default1]:  File "/opt/conda/lib/python3.10/site-packages/tqdm/std.py", line 1148, in __del__
+[default1]:    self.close()
+[default1]:  File "/opt/conda/lib/python3.10/site-packages/tqdm/std.py", line 1277, in close
+[default1]:    if self.last_print_t < self.start_t + self.delay:
+[default1]:AttributeError: 'tqdm' object has no attribute 'last_print_t'
+"""
+
+
+@pytest.mark.parametrize("done,noise", [
+    (COMPLETED, DATALOADER_DEL), (COMPLETED, ATEXIT_WANDB), (COMPLETED, SHUTDOWN_THREAD),
+    (LIGHTNING_DONE, TQDM_DEL_PREFIXED), (LIGHTNING_DONE, DATALOADER_DEL + ATEXIT_WANDB),
+])
+def test_completed_run_with_teardown_noise_is_no_failure(pipeline: Pipeline, done: str, noise: str) -> None:
+    d = diagnose(pipeline, TRAINING + done + noise)
+    assert d.root_cause.explanation.startswith("no failure found: training finished normally")
+    assert d.root_cause.error_type is ErrorType.Unknown
+    assert d.action.kind.value == "investigate"
+    assert all(c.role == "recovered" for c in d.co_occurring)
+
+
+THREAD_AFTER_DONE = """
+Exception in thread NetStatThr:
+Traceback (most recent call last):
+  File "/usr/lib/python3.10/threading.py", line 1016, in _bootstrap_inner
+    self.run()
+  File "/opt/conda/lib/python3.10/site-packages/wandb/sdk/internal/internal_api.py", line 300, in check_network_status
+    status_response = self._interface.communicate_network_status()
+requests.exceptions.ConnectionError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection without response'))
+"""
+
+
+def test_background_thread_exception_after_completion_is_harmless(pipeline: Pipeline) -> None:
+    (rec,) = records(THREAD_AFTER_DONE)
+    assert rec.thread and not rec.teardown
+    d = diagnose(pipeline, TRAINING + COMPLETED + THREAD_AFTER_DONE)
+    assert d.root_cause.error_type is ErrorType.Unknown
+
+
+def test_main_thread_exception_after_completion_is_the_failure(pipeline: Pipeline) -> None:
+    # the final save or upload failed: the run did not deliver its model
+    late = ("Traceback (most recent call last):\n  File \"train.py\", line 90, in <module>\n"
+            "    trainer.save_model()\nOSError: [Errno 5] Input/output error\n")
+    d = diagnose(pipeline, TRAINING + COMPLETED + late)
+    assert d.root_cause.error_type is ErrorType.StorageError
+    # a thread's exception before the completion marker is not marked by it
+    (rec,) = records(THREAD_AFTER_DONE + "Traceback (most recent call last):\nKeyError: 'x'\n")[1:]
+    assert not rec.thread
+
+
+DRIVER_SHUTDOWN = """
+[rank1]:[E ProcessGroupNCCL.cpp:1182] [Rank 1] NCCL watchdog thread terminated with exception: CUDA error: driver shutting down
+[rank3]:[E ProcessGroupNCCL.cpp:1182] [Rank 3] NCCL watchdog thread terminated with exception: CUDA error: driver shutting down
+"""
+
+
+def test_an_error_saying_the_process_is_exiting_is_teardown(pipeline: Pipeline) -> None:
+    d = diagnose(pipeline, TRAINING + COMPLETED + DRIVER_SHUTDOWN)
+    assert d.root_cause.explanation.startswith("no failure found: training finished normally")
+    real = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    d = diagnose(pipeline, TRAINING + real + DRIVER_SHUTDOWN)
+    assert d.root_cause.error_type is ErrorType.OutOfMemoryError
+
+
+@pytest.mark.parametrize("noise", [DATALOADER_DEL, ATEXIT_WANDB, DRIVER_SHUTDOWN])
+def test_real_failure_followed_by_teardown_noise_is_the_failure(pipeline: Pipeline, noise: str) -> None:
+    real = ("Traceback (most recent call last):\n  File \"train.py\", line 10, in <module>\n    main()\n"
+            "KeyError: 'input_ids'\n")
+    d = diagnose(pipeline, TRAINING + real + noise)
+    assert d.root_cause.error_type is ErrorType.KeyError
+    assert any(c.role == "recovered" for c in d.co_occurring)
+
+
+def test_same_class_real_and_teardown_are_separate_events(pipeline: Pipeline) -> None:
+    # an AttributeError at teardown must not lend its lateness (or harmlessness) to a real one
+    real = ("Traceback (most recent call last):\n  File \"train.py\", line 10, in <module>\n    main()\n"
+            "AttributeError: 'LlamaModel' object has no attribute 'rotary_emb'\n")
+    d = diagnose(pipeline, TRAINING + real + DATALOADER_DEL)
+    assert d.root_cause.error_type is ErrorType.AttributeError
+    assert d.root_cause.evidence[0].text.endswith("rotary_emb'")
+
+
+HANDLED_RETRY = """
+[2024-05-12 11:02:13,551] [WARNING] [train.py:412:save_checkpoint] saving checkpoint global_step500 failed (attempt 1/3), retrying in 30s
+Traceback (most recent call last):
+  File "/workspace/train.py", line 405, in save_checkpoint
+    torch.save(state, path)
+OSError: [Errno 5] Input/output error: '/mnt/nfs/ckpt/run7/global_step500/mp_rank_00_model_states.pt'
+[2024-05-12 11:02:44,012] [INFO] [train.py:418:save_checkpoint] saved checkpoint global_step500 on attempt 2
+"""
+
+HANDLED_SKIP = """
+[rank3]: 2024-06-01 08:00:00 WARNING data.py:88 - skipping corrupt sample 1234
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/workspace/data.py", line 80, in __getitem__
+[rank3]:     img = Image.open(path)
+[rank3]: PIL.UnidentifiedImageError: cannot identify image file '/data/img/1234.jpg'
+"""
+
+
+@pytest.mark.parametrize("text", [HANDLED_RETRY, HANDLED_SKIP])
+def test_a_traceback_its_logger_says_was_handled(text: str) -> None:
+    (rec,) = records(text)
+    assert rec.handled
+    # an uncaught traceback right after an unrelated line, or after the retry notice of an
+    # earlier error, is not
+    for before in ("loading shards", "Retrying in 1s [Retry 1/5]."):
+        (rec,) = records(before + "\n" + text.strip("\n").split("\n", 1)[1])
+        assert not rec.handled
+
+
+def test_handled_then_real_failure_is_the_real_failure(pipeline: Pipeline) -> None:
+    real = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/workspace/train.py\", line 120, in resume\n"
+            "[rank0]:     opt.load_state_dict(state['optimizer'])\n[rank0]: KeyError: 'optimizer'\n")
+    d = diagnose(pipeline, HANDLED_RETRY + real)
+    assert d.root_cause.error_type is ErrorType.KeyError
+    assert any(c.role == "recovered" for c in d.co_occurring)
+
+
+def test_only_error_lines_and_traceback_windows_are_read(pipeline: Pipeline) -> None:
+    from app.core.exceptions import MAX_GAP, kept_lines
+
+    chatter = "".join(f"note {i} shard-{i * 7919 % 100003:x} {'abcdefgh'[i % 8] * (i % 5 + 1)} ready\n"
+                      for i in range(3000))
+    text = TRAINING + chatter + COMPLETED + DATALOADER_DEL + chatter.replace("note", "later")
+    log = pipeline.compress(io.BytesIO(text.encode()), workers=1)
+    lines, anchors = kept_lines(log)
+    assert len(log.templates) > 2000
+    # the chatter before the traceback is not read; after its header, a bounded window is
+    assert not any(t.startswith("note ") for _, t in lines) and len(lines) <= MAX_GAP + 20
+    assert any("in __del__" in t for _, t in lines)  # a frame (not error-looking) inside the window
+    assert pipeline.diagnose_compressed(log).diagnosis.root_cause.error_type is ErrorType.Unknown
+
+
+# ---- typing by the table ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def table() -> ExceptionTable:
+    return table_of(load_rules())
+
+
+@pytest.mark.parametrize("line,etype", [
+    ("OSError: [Errno 28] No space left on device", ErrorType.OSError),
+    ("OSError: [Errno 5] Input/output error", ErrorType.StorageError),
+    ("OSError: [Errno 24] Too many open files", ErrorType.OSError),
+    ("torch.cuda.OutOfMemoryError: CUDA out of memory.", ErrorType.OutOfMemoryError),
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", ErrorType.HostOOMKilled),
+    ("ray.exceptions.RayTaskError(KeyError): ray::f() (pid=1, ip=10.0.0.2)", ErrorType.KeyError),
+    ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443)", ErrorType.ConnectionError),
+    ("ConnectionResetError: [Errno 104] Connection reset by peer", ErrorType.ConnectionError),
+    ("botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the GetObject operation",
+     ErrorType.S3StorageError),
+    ("botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the PutObject operation",
+     ErrorType.S3StorageError),
+    ("huggingface_hub.utils._errors.GatedRepoError: 401 Client Error.", ErrorType.ModelLoadingError),
+    ("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge", ErrorType.ModelLoadingError),
+    ("torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled cuda error", ErrorType.CUDAError),
+    # unknown classes of a known family, by their name and module
+    ("botocore.exceptions.SomeNewTimeoutError: took too long", ErrorType.ConnectionError),
+    ("datasets.exceptions.NewShardError: broken shard", ErrorType.DatasetLoadingError),
+])
+def test_table_types_classes(table: ExceptionTable, line: str, etype: ErrorType) -> None:
+    assert table.lookup_line(line).error_type is etype
+
+
+@pytest.mark.parametrize("line,etype", [
+    ("RuntimeError: Failed to download s3://b/train/index.json. Got errors: [ClientError('An error occurred (SlowDown)')]",
+     ErrorType.S3StorageError),
+    ("OSError: Consistency check failed (ReadTimeoutError(\"HTTPSConnectionPool(host='cdn-lfs.hf.co', port=443): "
+     "Read timed out.\"), '(Request ID: 1)')", ErrorType.ConnectionError),
+    ("Exception: upload failed: botocore.exceptions.EndpointConnectionError('Could not connect')", ErrorType.S3StorageError),
+])
+def test_generic_wrapper_is_typed_by_the_exception_its_message_holds(table: ExceptionTable, line, etype) -> None:
+    assert table.lookup_line(line).error_type is etype
+
+
+def test_specific_class_is_not_retyped_by_its_message(table: ExceptionTable) -> None:
+    line = "KeyError: \"ConnectionError('x')\""
+    assert table.lookup_line(line).error_type is ErrorType.KeyError
+    # a wrapper holding only an unknown class keeps its own type
+    assert table.lookup_line("RuntimeError: worker failed: MyLabError('x')").error_type is ErrorType.RuntimeError
+
+
+def test_unknown_class_of_unknown_package_falls_back(table: ExceptionTable) -> None:
+    got = table.lookup_line("mylab.trainer.PlateauStop: no improvement in 5 evals")
+    assert got is FALLBACK and got.error_type is ErrorType.Unknown
+
+
+def test_ray_actor_death_is_a_symptom_unless_node_or_memory(table: ExceptionTable) -> None:
+    assert table.lookup_line("ray.exceptions.RayActorError: The actor died unexpectedly.").role is Role.SYMPTOM
+    assert table.lookup_line("ray.exceptions.ActorDiedError: The actor died because its node has died. Node Id: 1"
+                             ).error_type is ErrorType.NodeFailure
+
+
+def test_library_class_without_a_rule_is_typed_end_to_end(pipeline: Pipeline) -> None:
+    d = diagnose(pipeline, "loading\n" + HF_DATASETS_CHAIN)
+    assert d.root_cause.error_type is ErrorType.DatasetLoadingError
+    # an exception class no rule matches (no Error suffix), inside a traceback
+    text = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n    f()\n"
+            "pyarrow.lib.ArrowCapacityError: array cannot contain more than 2147483646 bytes, have 2147483660\n")
+    d = diagnose(pipeline, text)
+    assert d.root_cause.error_type is ErrorType.DatasetLoadingError
+
+
+def test_errno_refines_a_generic_rule(pipeline: Pipeline) -> None:
+    text = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n    save()\n"
+            "OSError: [Errno 116] Stale file handle\n")
+    assert diagnose(pipeline, text).root_cause.error_type is ErrorType.StorageError
+
+
+# ---- the table as data --------------------------------------------------------------------------
+
+def test_table_examples_pass(table: ExceptionTable) -> None:
+    assert check_table_examples(table) == []
+    assert len(table.specs) >= 60
+    names = {c for s in table.specs for c in s.classes}
+    for must in ("KeyError", "DistBackendError", "RendezvousTimeoutError", "ArrowInvalid", "GatedRepoError",
+                 "NodeDiedError", "SafetensorError", "EndpointConnectionError", "ClientConnectorError",
+                 "MaxRetryError", "CheckpointingException", "CalledProcessError", "JSONDecodeError"):
+        assert must in names or any(n.endswith("." + must) for n in names), must
+    assert all(s.source for s in table.specs)
+
+
+def _write_rules(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "exceptions.yaml").write_text(body)
+    return tmp_path
+
+
+def test_table_schema_rejects_bad_entries(tmp_path: Path) -> None:
+    base = ("kind: exceptions\nfamily: exceptions\nrules:\n  - id: x\n    classes: [KeyError]\n"
+            "    error_type: {etype}\n    source: s\n{extra}    examples:\n      match: ['KeyError: 1']\n")
+    with pytest.raises(RuleError, match="error_type"):
+        load_rules(_write_rules(tmp_path, base.format(etype="NotAType", extra="")))
+    with pytest.raises(RuleError, match="message"):
+        load_rules(_write_rules(tmp_path, base.format(etype="KeyError", extra="    message: '(['\n")))
+    with pytest.raises(RuleError, match="source"):
+        load_rules(_write_rules(tmp_path, base.format(etype="KeyError", extra="").replace("    source: s\n", "")))
+    rs = load_rules(_write_rules(tmp_path, base.format(etype="KeyError", extra="")))
+    assert [e.id for e in rs.exceptions] == ["x"]
+
+
+def test_rules_test_cli_runs_table_examples(tmp_path: Path) -> None:
+    body = ("kind: exceptions\nfamily: exceptions\nrules:\n  - id: x\n    classes: [KeyError]\n"
+            "    error_type: KeyError\n    source: s\n    examples:\n      match: ['ValueError: 1']\n")
+    out = subprocess.run([sys.executable, "-m", "app.cli", "rules", "test", "--rules", str(_write_rules(tmp_path, body))],
+                         cwd=REPO, capture_output=True, text=True, env={**os.environ})
+    assert out.returncode == 1
+    assert "FAIL exceptions: x should match: ValueError: 1" in out.stdout
+
+
+# ---- ablation -----------------------------------------------------------------------------------
+
+def test_ablation_switch_turns_it_off(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text((TRAINING + COMPLETED + DATALOADER_DEL).strip() + "\n")
+    code = ("import sys; from app.core.pipeline import Pipeline; "
+            "print(Pipeline().diagnose(sys.argv[1], workers=1).diagnosis.root_cause.error_type.value)")
+    on = subprocess.run([sys.executable, "-c", code, str(log)], cwd=REPO, capture_output=True, text=True, check=True)
+    off = subprocess.run([sys.executable, "-c", code, str(log)], cwd=REPO, capture_output=True, text=True, check=True,
+                         env={**os.environ, "LOGDX_ABLATE": "exceptions"})
+    assert on.stdout.strip() == "Unknown"
+    assert off.stdout.strip() == "AttributeError"  # the teardown noise read as the failure
