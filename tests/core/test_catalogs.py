@@ -282,6 +282,12 @@ def test_xid_restart_app_bucket_retries():
     ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task. The actor is dead because "
      "its node has died. Node Id: 56b97436e67393f15565e024278867700c2bd0ec6ca9e0dac7261fd1\n",
      "ray-node-died", ErrorType.NodeFailure, ActionKind.ISOLATE_AND_RESTART),
+    ("(raylet) A worker died or was killed while executing a task by an unexpected system error. Worker exit type: "
+     "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file.\n",
+     "ray-worker-oom", ErrorType.HostOOMKilled, ActionKind.NO_RETRY),
+    ("WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'n2_1234_0' has failed to send a "
+     "keep-alive heartbeat to the rendezvous 'job42' due to an error of type RendezvousConnectionError.\n",
+     "elastic-rendezvous-keepalive-lost", ErrorType.NodeFailure, ActionKind.ISOLATE_AND_RESTART),
 ])
 def test_node_loss_from_each_scheduler(log, rule_id, etype, action):
     d = _diagnose(log)
