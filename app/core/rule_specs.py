@@ -53,6 +53,11 @@ class DiagnosisRuleSpec(_RuleBase):
     action: ActionKind | None = None
     # a named group whose captured exception class name, when canonical, becomes the type
     type_from_group: str | None = None
+    # an emitter-catalog rule (derived from what a program can print, not from one thread): off
+    # under LOGDX_ABLATE=catalogs; a file's own `catalog: true` marks every rule in it
+    catalog: bool = False
+    # where the rule's wording comes from (project, file, version or doc URL)
+    source: Annotated[str, Check(min_length=1)] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -136,6 +141,10 @@ class RuleFile(Strict):
     kind: Literal["diagnosis", "filter", "policy", "exceptions"]
     family: str
     description: str | None = None
-    sources: list[str] = field(default_factory=list)  # where a catalog's names come from
+    # an emitter catalog (diagnosis files only): every rule is a catalog rule (see DiagnosisRuleSpec)
+    catalog: bool = False
+    # where a catalog's or the exception table's names come from: project, file and
+    # version/commit, or documentation URL
+    source: Annotated[list[Annotated[str, Check(min_length=1)]], Check(min_length=1)] | None = None
     rules: list[DiagnosisRuleSpec] | list[FilterRuleSpec] | list[PolicySpec] | list[ExceptionEntrySpec] = \
         field(default_factory=list)

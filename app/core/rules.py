@@ -315,11 +315,22 @@ def load_rules(rules_dir: Path | str | None = None, *, extra_files: list[Path] |
         cache_path = cache_dir / f"{key}.pickle"
         cached = _read_cache(cache_path)
         if cached is not None:
-            return cached
+            return _ablated(cached)
     ruleset = _load_uncached(root, paths)
     if cache_path is not None:
         _write_cache(cache_path, ruleset)
-    return ruleset
+    return _ablated(ruleset)
+
+
+def _ablated(ruleset: RuleSet) -> RuleSet:
+    """The rule set without its emitter-catalog rules under LOGDX_ABLATE=catalogs (the cache
+    always holds every rule; the version says which set diagnosed)."""
+    from app.core.ablation import enabled
+
+    if enabled("catalogs") or not any(r.spec.catalog for r in ruleset.diagnosis):
+        return ruleset
+    return RuleSet(diagnosis=[r for r in ruleset.diagnosis if not r.spec.catalog], filters=ruleset.filters,
+                   policies=ruleset.policies, version=f"{ruleset.version}-nocatalogs", files=ruleset.files)
 
 
 def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
@@ -338,8 +349,15 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
         rel = str(path.relative_to(root)) if path.is_relative_to(root) else \
             str(path) if path.is_absolute() else path.name
         ruleset.files.append(rel)
+        if rf.catalog and rf.kind != "diagnosis" or rf.source and rf.kind not in ("diagnosis", "exceptions"):
+            raise RuleError(f"{rel}: catalog/source are for diagnosis rule files, not {rf.kind}")
         for spec in rf.rules:
             where = f"{rel}: rule {spec.id}"
+            if isinstance(spec, DiagnosisRuleSpec):
+                if rf.catalog and not spec.catalog:
+                    spec = replace(spec, catalog=True)
+                if spec.catalog and not (spec.source or rf.source):
+                    raise RuleError(f"{where}: a catalog rule names its source (the rule's or the file's `source:`)")
             if spec.id in seen:
                 other, hint = seen[spec.id], ""
                 if Path(rel).is_absolute():  # an overlay's rule
