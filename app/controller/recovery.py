@@ -69,6 +69,9 @@ class Stall(_Strict):
     factor: float = Field(gt=1)
     floor_s: float = Field(gt=0)
     straggler_factor: float = Field(gt=1)
+    # before an attempt's first progress line (imports, rendezvous, loading a checkpoint) a
+    # silent log is not a stall until this long
+    startup_s: float = Field(default=900.0, gt=0)
 
 
 class SkipBatches(_Strict):

@@ -40,6 +40,7 @@ def campaign_rules() -> dict:
     data = yaml.safe_load((ROOT / "rules" / "recovery.yaml").read_text())
     d = data["defaults"]
     d["stall"]["floor_s"] = 10.0
+    d["stall"]["startup_s"] = 60.0
     d["breaker"]["window_s"] = 120
     d["budget"]["window_s"] = 600
     for p in [d, *data["policies"]]:
@@ -89,6 +90,8 @@ class Deployment:
         return self.work / "chaos"
 
     def start(self, *, ckpt_mb: int = 24) -> None:
+        # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C, so stop() runs and nothing is left behind
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         self.work.mkdir(parents=True, exist_ok=True)
         self.chaos_dir.mkdir(exist_ok=True)
         self.ckpt.mkdir(exist_ok=True)
@@ -156,6 +159,7 @@ echo "$(date +%s.%N) epilog job $SLURM_JOB_ID end" >> {self.work}/epilog.log
 
     def stop(self) -> None:
         HOOK.unlink(missing_ok=True)
+        subprocess.run(["scancel", "-n", "chaos-train"], env=self.env, capture_output=True)
         for p in self.procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
