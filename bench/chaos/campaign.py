@@ -194,10 +194,13 @@ class Campaign:
             now = time.time()
             runs = [x for x in self._runs() if x["id"] not in self.seen_runs and _ts(x["created_at"]) >= r.t_inject - 1]
             for x in runs:
-                self.seen_runs.add(x["id"])
-                r.runs += 1
                 if r.detected_s is None:
                     r.detected_s = _ts(x["created_at"]) - r.t_inject
+                if x["status"] == "running":
+                    continue  # its outcome is written when its steps are done
+                self.seen_runs.add(x["id"])
+                r.runs += 1
+                if not r.detected_by:
                     r.detected_by = "live watch" if x["idempotency_key"].startswith("live:") else "epilog"
                     r.error_type, r.action = x["error_type"], x["action"]
                 out = x.get("outcome") or {}
@@ -205,7 +208,9 @@ class Campaign:
                 if out.get("restart"):
                     r.restarts += 1
                     r.skipped = out["restart"].get("skip_batches")
-                elif x["status"] in ("stopped", "done", "failed") and not out.get("restart"):
+                elif not (x.get("plan") or {}).get("restart") and x["action"] != "none":
+                    # nothing restarts the job: the owner or an admin was told (a requeue skipped
+                    # because the job was already restarted is not an escalation)
                     if human_at is None:
                         r.escalated = True
                         human_at = _ts(x["created_at"]) + self.human_delay_s
