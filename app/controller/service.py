@@ -462,7 +462,8 @@ class Controller:
         spec = RestartSpec(checkpoint=choice.path if choice else None,
                            checkpoint_step=choice.step if choice else None,
                            skip_batches=tuple(skip) if skip else None,
-                           exclude=tuple(dict.fromkeys(ctx.exclude)), reason=ctx.plan.reason)
+                           exclude=tuple(dict.fromkeys(ctx.exclude)), reason=ctx.plan.reason,
+                           restart_count=info.restarts + 1)
         if not ctx.dry_run and info.workdir:
             spec.write(info.workdir)
         scheduler.requeue(ctx.external_id, restart=spec, delay_s=float(step.params.get("delay_s") or 0.0))

@@ -87,11 +87,20 @@ def faults(chaos_dir: Path | None) -> dict:
 
 
 def restart_spec(workdir: Path) -> dict | None:
+    """The controller's restart spec, when it was written for this run (its restart_count is
+    SLURM_RESTART_COUNT): a spec left by an earlier restart is stale (logdx restart-args does the
+    same check)."""
     path = Path(os.environ.get("LOGDX_RESTART_FILE") or workdir / "logdx-restart.json")
     try:
-        return json.loads(path.read_text())
+        spec = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    now = os.environ.get("SLURM_RESTART_COUNT")
+    if spec.get("restart_count") is not None and now is not None and int(now) != spec["restart_count"]:
+        print(f"restart spec {path} is for restart {spec['restart_count']}, this is restart {now}: ignored",
+              flush=True)
+        return None
+    return spec
 
 
 def tracker(ckpt: Path) -> int | None:
