@@ -229,6 +229,8 @@ class Facts:
     last_good_step: int | None = None  # and the last step seen healthy before it
     evidence: tuple[str, ...] = ()
     end: JobEnd = field(default_factory=JobEnd)
+    # (free bytes, bytes one checkpoint takes) on the job's checkpoint filesystem, when known
+    checkpoint_space: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -328,6 +330,16 @@ def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict
                     (Step(StepKind.NOTIFY, why, params={"to": "admin", "error_type": facts.error_type.value,
                                                         "evidence": list(facts.evidence[:5])}),),
                     restart=False, retry_number=0, stopped=why)
+    if family_of(facts.error_type.value) == "storage" and facts.checkpoint_space is not None:
+        free, need = facts.checkpoint_space
+        if free < need:
+            # a save that failed on a full disk fails again at the next save: a person must make room
+            why = (f"the checkpoint filesystem is full: {free >> 20} MiB free, a checkpoint takes {need >> 20} MiB; "
+                   "free space (or move the checkpoints) before restarting")
+            return Plan(RecoveryAction.NOTIFY_OWNER, "checkpoint_disk_full", why,
+                        (Step(StepKind.NOTIFY, why, params={"to": "owner", "error_type": facts.error_type.value,
+                                                            "evidence": list(facts.evidence[:5])}),),
+                        restart=False, retry_number=0)
     policy = rules.policy_for(facts.error_type, facts.category)
     budget = rules.budget(policy)
     limit = rules.defaults.same_failure_limit

@@ -158,3 +158,17 @@ def test_a_repeat_offender_outside_the_job_is_not_drained():
     plan = plan_recovery(facts(suspects=("n2", "n9")), [], {"n2": 2, "n9": 5}, RULES, now=NOW)
     assert plan.repeat_offenders == ("n2",)
     assert [s.hosts for s in plan.steps if s.kind is StepKind.DRAIN and s.hosts] == [("n2",)]
+
+
+def test_a_storage_error_on_a_full_checkpoint_filesystem_is_not_restarted():
+    from dataclasses import replace
+
+    full = replace(facts(ErrorType.StorageError, suspects=()), checkpoint_space=(64 << 10, 3 << 20))
+    plan = plan_recovery(full, [], {}, RULES, now=NOW)
+    assert plan.action is RecoveryAction.NOTIFY_OWNER and not plan.restart and plan.policy_id == "checkpoint_disk_full"
+    assert "checkpoint filesystem is full" in plan.reason and plan.steps[0].params["to"] == "owner"
+    # room for the next save: the transient policy as usual
+    roomy = replace(full, checkpoint_space=(10 << 20, 3 << 20))
+    assert plan_recovery(roomy, [], {}, RULES, now=NOW).action is RecoveryAction.RETRY
+    # no space known (no checkpoint yet, or not readable from the controller): as usual too
+    assert plan_recovery(replace(full, checkpoint_space=None), [], {}, RULES, now=NOW).action is RecoveryAction.RETRY
