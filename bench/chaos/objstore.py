@@ -28,18 +28,6 @@ def main() -> None:
             return False
 
     class Handler(BaseHTTPRequestHandler):
-        def setup(self) -> None:
-            super().setup()
-            if dropping():
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.connection.close()
-                print(f"{time.time():.3f} dropped a connection", flush=True)
-
-        def handle(self) -> None:
-            if self.connection.fileno() == -1:
-                return
-            super().handle()
-
         def do_PUT(self) -> None:  # noqa: N802
             n = int(self.headers.get("Content-Length", 0))
             body = self.rfile.read(n)
@@ -61,7 +49,22 @@ def main() -> None:
         def log_message(self, *a) -> None:  # noqa: ANN002
             pass
 
-    ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+    class Server(ThreadingHTTPServer):
+        def process_request(self, request, client_address) -> None:  # noqa: ANN001
+            if dropping():
+                # read what the client sent, then reset the connection without an answer
+                request.settimeout(2)
+                try:
+                    request.recv(1 << 16)
+                except OSError:
+                    pass
+                request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                request.close()
+                print(f"{time.time():.3f} reset a connection from {client_address[0]}", flush=True)
+                return
+            super().process_request(request, client_address)
+
+    Server(("127.0.0.1", args.port), Handler).serve_forever()
 
 
 if __name__ == "__main__":
