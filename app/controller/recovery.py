@@ -394,7 +394,10 @@ def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict
         steps.append(Step(StepKind.CAPTURE, "record the last progress and stack dumps before restarting",
                           hosts=facts.job_hosts, params={"last_step": facts.last_step}))
     delay = rules.backoff(policy).delay(retry_number)
-    requeue: dict = {"delay_s": delay, "before_step": facts.last_step}
+    # the log prints an iteration once it is done and a checkpoint of step N holds the state after
+    # step N: a complete checkpoint of the last step the log shows done is good to resume from
+    # (one being written when the job died is rejected as incomplete by the checkpoint checks)
+    requeue: dict = {"delay_s": delay, "before_step": facts.last_step + 1 if facts.last_step is not None else None}
     if policy.exclude_named_hosts and suspects:
         requeue["exclude_named"] = list(suspects)
     if policy.action is RecoveryAction.ROLLBACK_AND_SKIP and facts.onset_step is not None:
