@@ -243,9 +243,8 @@ class Campaign:
         resumed = first_new - 1 - (skipped if r.skipped and first_new > r.skipped[1] else 0)
         r.resumed_from = resumed
         r.steps_lost = (r.last_step - resumed) if r.last_step is not None else None
-        # the node is repaired once the job runs without it, and the flags cleared
-        if r.drained or fault.family in ("node_loss", "bad_node", "nan"):
-            self._repair_nodes(r, fault)
+        # once the job runs again: the drained node is repaired, what the fault left is cleared
+        self._repair_nodes(r, fault)
 
     def _failing_soon(self) -> bool:
         return self.state() not in ("RUNNING",)

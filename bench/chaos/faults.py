@@ -13,7 +13,8 @@ that can be done on one machine, and says what a right recovery is.
 | store_drop  | the object store resets every connection for 6 s (checkpoint upload)   | real      |
 | nan         | the data batch of an iteration 5 steps ahead makes the loss NaN         | real (data) |
 | key_error   | a code path reached 5 steps ahead raises KeyError                      | real (bug) |
-| host_oom    | RLIMIT_AS of one rank lowered under its use (prlimit): allocations fail| real      |
+| host_oom    | RLIMIT_AS of one rank set just above its use (prlimit), then the rank   | limit real, |
+|             | needs 512 MiB more (a leaking loader): the allocation fails             | growth injected |
 
 The node faults (node_loss, bad_node) stay until a person repairs the node (the campaign's
 "human" resumes it once the job runs again); the others end with the attempt they hit, except
@@ -151,8 +152,10 @@ class Injector:
         elif family == "host_oom":
             vm = _vm_size(pid)
             f.t_inject = time.time()
-            subprocess.run(["prlimit", f"--pid={pid}", f"--as={max(vm - (64 << 20), 1 << 20)}"], check=True)
-            f.detail = f"RLIMIT_AS of rank {rank} (pid {pid}) on {node} set under its {vm >> 20} MiB"
+            subprocess.run(["prlimit", f"--pid={pid}", f"--as={vm + (64 << 20)}"], check=True)
+            self._set(grow=node)
+            f.detail = (f"RLIMIT_AS of rank {rank} (pid {pid}) on {node} set to its {vm >> 20} MiB + 64 MiB; "
+                        "it then needs 512 MiB more")
         else:
             raise ValueError(f"unknown fault family {family!r}; known: {', '.join(FAMILIES)}")
         return f
@@ -175,6 +178,9 @@ class Injector:
         if fault.family == "key_error":
             self._set(key_error=None)
             done.append("fixed the code")
+        if fault.family == "host_oom":
+            self._set(grow=None)
+            done.append("gave the job its memory back")
         if fault.family == "nan":
             self._set(nan_batch=None)
             done.append("removed the bad sample")

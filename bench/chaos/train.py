@@ -12,6 +12,9 @@ Faults that need the job's own hand (everything else is done to it from outside 
 bench/chaos/faults.py) are read from `$CHAOS_DIR/faults.json` at every step:
   {"nan_batch": S}        the data batch of iteration S makes the loss NaN (a poisoned sample);
   {"key_error": S}        iteration S raises KeyError (a bug in a code path reached at S);
+  {"grow": "nodeK"}       the rank on nodeK needs 512 MiB more host memory at its next step (a
+                          leaking data loader, a bigger batch): with its RLIMIT_AS lowered
+                          (faults.py host_oom) the allocation fails;
   {"bad_node": "nodeK"}   the rank on nodeK fails as a GPU with uncorrectable ECC errors does
                           (the bad-GPU stand-in; the probe workers on nodeK fail too, via
                           LOGDX_PROBE_FAULTS_FILE).
@@ -201,6 +204,8 @@ def main() -> int:
         if f.get("key_error") == step:
             cfg = {"lr": 3e-3}
             cfg["lr_warmup_schedule"]  # noqa: B018 - the injected bug: a key the config lacks
+        if f.get("grow") == node:
+            hog = torch.ones(128 << 20)  # noqa: F841 - 512 MiB the rank now needs
         x, y = batch(step, rank)
         loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
         if f.get("nan_batch") == step:
