@@ -15,7 +15,7 @@ from bench.chaos.faults import DETERMINISTIC, RIGHT_ACTIONS, TRANSIENT, Fault, I
 
 ITER_RX = re.compile(r"^ iteration\s+(\d+)/")
 ATTEMPT_RX = re.compile(r"^chaos job \d+ attempt (\d+)")
-STABLE_STEPS = 25     # a restart counts once this many new steps ran
+STABLE_STEPS = 15     # a restart counts once this many new steps ran
 FAULT_TIMEOUT_S = 150  # past this without a running job, the person steps in (not recovered)
 
 
@@ -81,6 +81,8 @@ class Result:
     runs: int = 0
     restarts: int = 0                 # automatic restarts for this fault
     drained: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)   # drains the breaker refused
+    excluded: list[str] = field(default_factory=list)  # nodes the restart left out
     escalated: bool = False
     human: list[str] = field(default_factory=list)
     recovered: bool = False
@@ -100,6 +102,11 @@ class Result:
         return set(self.drained) == set(self.expect_drain)
 
     @property
+    def isolated(self) -> bool:
+        """The bad node is out of the restart: drained, or refused by the breaker and excluded."""
+        return set(self.expect_drain) <= set(self.drained) | (set(self.refused) & set(self.excluded))
+
+    @property
     def wrong_drains(self) -> list[str]:
         return sorted(set(self.drained) - set(self.expect_drain))
 
@@ -116,7 +123,8 @@ class Result:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(right_action=self.right_action, drain_right=self.drain_right, harmful=self.harmful)
+        d.update(right_action=self.right_action, drain_right=self.drain_right, isolated=self.isolated,
+                 harmful=self.harmful)
         return d
 
 
@@ -207,6 +215,8 @@ class Campaign:
                     r.error_type, r.action = x["error_type"], x["action"]
                 out = x.get("outcome") or {}
                 r.drained += [h for h in out.get("drained", []) if h not in r.drained]
+                r.refused += [h for h in out.get("breaker", []) if h not in r.refused]
+                r.excluded += [h for h in (out.get("restart") or {}).get("exclude", []) if h not in r.excluded]
                 if out.get("restart"):
                     r.restarts += 1
                     r.skipped = out["restart"].get("skip_batches")
