@@ -266,7 +266,7 @@ class Campaign:
         for node in r.drained:
             self._resume(node)
         state = self.state()
-        if state not in ("RUNNING", "PENDING", "CONFIGURING"):
+        if state in ("FAILED", "COMPLETED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"):
             self.dep.scontrol("requeue", self.ext)
             time.sleep(1)
             self.dep.scontrol("update", f"JobId={self.ext}", "StartTime=now")

@@ -320,25 +320,3 @@ def test_a_host_failing_a_health_probe_through_srun_is_drained_though_the_allgat
     assert slurm.nodes()[named].drained
     assert wait(slurm, ext, restarts=1) == "COMPLETED" and named not in slurm.job(ext).nodes
 
-
-def test_a_running_job_requeued_for_a_hang_starts_again_at_once(slurm, tmp_path):
-    """The live watch restarts a hung job while it still runs: Slurm pushes the begin time of a
-    requeued job ~120 s back once its processes are gone, after the adapter's update; the adapter
-    sets the start time again when the job is pending."""
-    from app.controller.schedulers.base import RestartSpec
-
-    out = subprocess.run(["sbatch", "--parsable", "-N1", "--requeue", "-J", "hung", "-o", "/dev/null",
-                          "--wrap", "sleep 300"], env=slurm.env, capture_output=True, text=True, check=True)
-    ext = out.stdout.strip().split(";")[0]
-    try:
-        deadline = time.monotonic() + 30
-        while slurm.job(ext).state != "RUNNING":
-            assert time.monotonic() < deadline, slurm.job(ext).state
-            time.sleep(0.2)
-        t0 = time.monotonic()
-        slurm.requeue(ext, restart=RestartSpec(reason="hang"))
-        while not (slurm.job(ext).restarts == 1 and slurm.job(ext).state == "RUNNING"):
-            assert time.monotonic() - t0 < 45, (slurm.job(ext).state, slurm.job(ext).raw.get("Reason"))
-            time.sleep(0.3)
-    finally:
-        subprocess.run(["scancel", ext], env=slurm.env, capture_output=True)

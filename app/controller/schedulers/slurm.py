@@ -110,11 +110,12 @@ class SlurmScheduler:
         start = "now" if delay_s <= 0 else f"now+{int(round(delay_s))}"
         updates.append(f"StartTime={start}")
         self._run("scontrol", "update", *updates)
-        if info.state not in ("PENDING", "REQUEUED"):
-            # Slurm requeues (and holds the job ~120 s: its begin time pushed back) only once the
-            # job has ended: asked from EpilogSlurmctld (COMPLETING), after the epilog; a running
-            # job (a hang restarted by the live watch), after its processes are killed. Both come
-            # after this update: set the start time again once the job is pending
+        if info.state == "COMPLETING":
+            # asked from EpilogSlurmctld: Slurm requeues (and holds ~120 s) only once the epilog
+            # has ended, after this update; set the start time again once the job is pending.
+            # Not for a job requeued while RUNNING (a hang): Slurm revoked its credential on its
+            # nodes and holds it for the credential's lifetime (AuthInfo cred_expire, 120 s by
+            # default); started sooner it fails at once ("Job credential revoked")
             threading.Thread(target=self._start_when_pending, args=(job_id, updates), daemon=True,
                              name=f"slurm-requeue-{job_id}").start()
 
