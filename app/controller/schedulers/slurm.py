@@ -4,8 +4,10 @@ job without some nodes, read job and node state, launch probe workers with srun.
 `scontrol show ... -o` prints one record per line as `Key=Value` pairs separated by spaces, but
 values may contain spaces (Reason, Comment, Command, WorkDir): a value runs until the next
 ` Key=` whose key looks like a Slurm field name. Slurm holds a requeued batch job for about two
-minutes (its begin time is pushed back); the adapter resets the start time unless a backoff
-delay asks for a later one.
+minutes (its begin time is pushed back); the adapter resets the start time of a job that ended
+(unless a backoff delay asks for a later one), but not of one requeued while running (a hang):
+its credential is revoked on its nodes for AuthInfo's cred_expire (120 s by default) and an
+earlier start fails, so that hold is the site's setting.
 """
 
 from __future__ import annotations
