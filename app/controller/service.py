@@ -496,7 +496,12 @@ class Controller:
 
 
 def _exc_nodes(scheduler: Scheduler, info: JobInfo) -> list[str]:
-    """Nodes the job already excludes (Slurm's ExcNodeList)."""
+    """Nodes the job already excludes (Slurm's ExcNodeList), less those the controller excluded
+    earlier that are back in service (the next requeue releases them)."""
+    kept = getattr(scheduler, "kept_exclusions", None) or getattr(getattr(scheduler, "inner", None),
+                                                                   "kept_exclusions", None)
+    if kept is not None:
+        return sorted(kept(info)[0])
     exc = info.raw.get("ExcNodeList", "") if isinstance(info.raw, dict) else ""
     expand = getattr(scheduler, "hostnames", None) or getattr(getattr(scheduler, "inner", None), "hostnames", None)
     if not exc or exc in ("(null)", "None") or expand is None:

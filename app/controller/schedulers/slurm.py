@@ -25,6 +25,9 @@ _NOT_ENDED = frozenset({"RUNNING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUE
                         "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT"})
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
 CKPT_COMMENT = re.compile(r"logdx_ckpt=(\S+)")
+# the nodes the controller added to a job's ExcNodeList, kept in its Comment: once such a node is
+# back in service (repaired, resumed) the next requeue lets the job use it again
+EXC_COMMENT = re.compile(r"\s*logdx_exc=(\S*)")
 
 
 def parse_record(line: str) -> dict[str, str]:
@@ -101,14 +104,31 @@ class SlurmScheduler:
     def resume(self, node: str, *, reason: str) -> None:
         self._run("scontrol", "update", f"NodeName={node}", "State=RESUME")
 
+    def kept_exclusions(self, info: JobInfo, nodes: dict[str, NodeInfo] | None = None) -> tuple[set[str], set[str]]:
+        """(the job's ExcNodeList as it stays, the part of it the controller added). A node the
+        controller excluded earlier that is back in service is released; the job's own
+        exclusions (from its submission) are kept as they are."""
+        old = set(self.hostnames(info.raw.get("ExcNodeList", "")))
+        m = EXC_COMMENT.search(info.raw.get("Comment", "") or "")
+        ours = {h for h in (m.group(1).split(",") if m else []) if h} & old
+        if ours:
+            nodes = nodes if nodes is not None else self.nodes()
+            ours = {h for h in ours if h not in nodes or nodes[h].drained}
+        return (old - set(m.group(1).split(",") if m else ())) | ours, ours
+
     def requeue(self, job_id: str, *, restart: RestartSpec, delay_s: float = 0.0) -> None:
         info = self.job(job_id)
         if info.state not in ("PENDING", "REQUEUED"):
             self._run("scontrol", "requeue", str(job_id))
-        excluded = set(self.hostnames(info.raw.get("ExcNodeList", ""))) | set(restart.exclude)
-        updates = [f"JobId={job_id}"]
-        if excluded:
-            updates.append(f"ExcNodeList={','.join(sorted(excluded))}")
+        kept, ours = self.kept_exclusions(info)
+        ours |= set(restart.exclude) - kept
+        excluded = kept | set(restart.exclude)
+        updates = [f"JobId={job_id}", f"ExcNodeList={','.join(sorted(excluded))}"]
+        comment = EXC_COMMENT.sub("", info.raw.get("Comment", "") or "")
+        comment = comment if comment not in ("(null)", "None") else ""
+        if ours or EXC_COMMENT.search(info.raw.get("Comment", "") or ""):
+            comment = (comment + (f" logdx_exc={','.join(sorted(ours))}" if ours else "")).strip()
+            updates.append(f"Comment={comment}")
         start = "now" if delay_s <= 0 else f"now+{int(round(delay_s))}"
         updates.append(f"StartTime={start}")
         self._run("scontrol", "update", *updates)
