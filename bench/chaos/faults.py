@@ -36,7 +36,10 @@ FAMILIES = ("node_loss", "bad_node", "hang", "collective", "disk_full", "store_d
 
 # what a right recovery does, per family: the controller's action, the nodes it must drain
 RIGHT_ACTIONS = {
-    "node_loss": {"isolate_and_restart"},
+    # a SIGKILLed rank reads as a node failure (srun's "Killed" first) or as a network error
+    # between the ranks (the peer's gloo reset first): both probe, drain the node, restart
+    # without it; the drain itself is checked apart
+    "node_loss": {"isolate_and_restart", "retry"},
     "bad_node": {"isolate_and_restart"},
     "hang": {"capture_and_restart", "isolate_and_restart"},
     "collective": {"isolate_and_restart", "capture_and_restart", "retry"},
