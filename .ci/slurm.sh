@@ -63,7 +63,7 @@ ClusterName=logdx
 SlurmctldHost=$HOST
 SlurmctldPort=$PORT
 AuthType=auth/munge
-AuthInfo=socket=$MUNGE_SOCK
+AuthInfo=socket=$MUNGE_SOCK,cred_expire=10
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root

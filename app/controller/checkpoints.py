@@ -14,12 +14,13 @@ Layouts recognised (one checkpoint directory per saved step):
 A checkpoint is complete when every shard of its grid is present, no file is empty or a
 temporary, and it is not newer than the framework's own tracker file (the tracker is written
 after all ranks finished saving, so a newer directory was being written when the job died).
-Pure: reads the directory tree only.
+Pure: reads the directory tree (and, for `space`, the filesystem's free space) only.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,3 +196,18 @@ def choose_checkpoint(root: str | Path, *, before_step: int | None = None) -> Ch
     if (root / ".metadata").is_file() and not _check_dcp(root) and not _common_problems(root):
         return CheckpointChoice(str(root), -1, "dcp", "a single torch.distributed.checkpoint directory", rejected)
     return None
+
+
+def space(root: str | Path) -> tuple[int, int] | None:
+    """(free bytes, bytes of the newest complete checkpoint) on the filesystem of `root`: whether
+    the next save can fit. None when there is no complete checkpoint to size or `root` is not
+    readable from here."""
+    try:
+        choice = choose_checkpoint(root)
+        if choice is None:
+            return None
+        need = sum(f.stat().st_size for f in _files(Path(choice.path)))
+        st = os.statvfs(root)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize, need

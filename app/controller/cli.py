@@ -195,15 +195,23 @@ def restart_args(spec_file: str, fmt: str, missing_ok: bool) -> None:
     """The restart spec the controller wrote (SPEC_FILE, default $LOGDX_RESTART_FILE or
     ./logdx-restart.json) as a framework's own arguments, shell-quoted on one line, for
     `eval "EXTRA=($(logdx restart-args --missing-ok))"` (examples/restart_launcher.sh).
-    `--format env` prints NAME=value lines."""
+    `--format env` prints NAME=value lines. A spec written for another restart than this run's
+    (SLURM_RESTART_COUNT or LOGDX_RESTART_COUNT) is stale: nothing is printed (a note on stderr)."""
     from pathlib import Path
 
     from app.controller.restart_args import SpecError, framework_args, load_spec, shell_words
 
+    import os
+
     if missing_ok and not Path(spec_file).exists():
         return
     try:
-        words = framework_args(load_spec(spec_file), fmt)
+        spec = load_spec(spec_file)
+        stale = spec.stale(dict(os.environ))
+        if stale:  # a later restart than the one it was written for: start as the launcher would
+            click.echo(f"logdx restart-args: {spec_file}: {stale}", err=True)
+            return
+        words = framework_args(spec, fmt)
     except SpecError as exc:
         _fail(str(exc))
     click.echo("\n".join(words) if fmt == "env" else shell_words(words))

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.actions.service import finish_action, record_action
 from app.controller.watch import Alert, LiveWatcher
 from app.core.rules import RuleSet
 from app.db.engine import Database
 from app.diagnoses import service as diagnoses
+from app.jobs.models import Attempt
 from app.logs.models import JobLog, LogKind, LogStatus
 from app.logs.storage import BlobStore
 
@@ -39,15 +40,21 @@ class _Tail:
 
 class LiveMonitor:
     def __init__(self, *, db: Database, store: BlobStore, ruleset: RuleSet, factor: float, floor_s: float,
-                 straggler_factor: float, clock: Callable[[], float]) -> None:
+                 straggler_factor: float, clock: Callable[[], float], startup_s: float | None = None) -> None:
         self.db, self.store, self.ruleset, self.clock = db, store, ruleset, clock
         self.factor, self.floor_s, self.straggler_factor = factor, floor_s, straggler_factor
+        self.startup_s = startup_s
         self.tails: dict[int, _Tail] = {}
 
     def _receiving(self) -> list[tuple[int, int]]:
+        """Chunked logs still receiving that are their job's newest log: an attempt that ended
+        (its whole log uploaded by the epilog, or a later attempt started) is not watched, even
+        when its shipper never sent the final chunk; its silence is not a stall of the job."""
         with self.db.transaction() as session:
+            newest = select(func.max(JobLog.id)).group_by(JobLog.job_id)
             rows = session.execute(select(JobLog.id, JobLog.job_id).where(
-                JobLog.kind == LogKind.CHUNKED.value, JobLog.status == LogStatus.RECEIVING.value))
+                JobLog.kind == LogKind.CHUNKED.value, JobLog.status == LogStatus.RECEIVING.value,
+                JobLog.id.in_(newest)))
             return [(r[0], r[1]) for r in rows]
 
     def scan(self) -> list[tuple[int, int, Alert]]:
@@ -61,7 +68,8 @@ class LiveMonitor:
             tail = self.tails.get(log_id)
             if tail is None:
                 tail = self.tails[log_id] = _Tail(LiveWatcher(self.ruleset, factor=self.factor, floor_s=self.floor_s,
-                                                              straggler_factor=self.straggler_factor), job_id)
+                                                              straggler_factor=self.straggler_factor,
+                                                              startup_s=self.startup_s), job_id)
                 tail.watcher.last_growth_at = now
             lines = self._read(log_id, tail)
             for alert in tail.watcher.feed(lines, now) + tail.watcher.tick(now):
@@ -96,9 +104,17 @@ class LiveMonitor:
             finish_action(session=session, action_id=row.id, status="done", result={})
 
 
+def _attempt_number(*, session, log_id: int) -> int | None:  # noqa: ANN001
+    row = session.execute(select(Attempt.number).join(JobLog, JobLog.attempt_id == Attempt.id)
+                          .where(JobLog.id == log_id)).first()
+    return row[0] if row else None
+
+
 async def act_on_stall(*, db: Database, worker, controller, log_id: int, job_id: int, stall_no: int) -> None:  # noqa: ANN001
-    """Diagnose the log so far, then recover (a stalled log with progress and no error is a Hang)."""
-    row = await anyio.to_thread.run_sync(lambda: db.run(diagnoses.request_diagnosis, job_id=job_id))
+    """Diagnose the stalled log so far (its own attempt, not whichever is newest by now), then
+    recover (a stalled log with progress and no error is a Hang)."""
+    attempt = await anyio.to_thread.run_sync(lambda: db.run(_attempt_number, log_id=log_id))
+    row = await anyio.to_thread.run_sync(lambda: db.run(diagnoses.request_diagnosis, job_id=job_id, attempt=attempt))
     await worker.execute(row.id, mode="async")
     await anyio.to_thread.run_sync(lambda: controller.recover(
         job_id=job_id, actor="live-watch", diagnosis_id=row.id, idempotency_key=f"live:{log_id}:stall:{stall_no}"))

@@ -15,8 +15,10 @@ ranks are processes.
 
 Every member checks every gathered chunk, so a node that sends corrupt data fails its group.
 LOGDX_PROBE_FAULTS (`node=fault,...`; exit_before | exit_mid | hang | corrupt | slow) injects a
-fault on a named node (`node:1=fault`: on its local rank 1 only): it exists for the tests and
-the demo, and is unset on real clusters.
+fault on a named node (`node:1=fault`: on its local rank 1 only); LOGDX_PROBE_FAULTS_FILE names
+a file read at each probe with the same syntax (a fault-injection run changes it while the
+server runs: bench/chaos/). Both exist for the tests, the demo and the benchmark, and are unset
+on real clusters.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ ITERATIONS = 3
 
 
 def injected_fault(node: str, local_rank: int = 0) -> str | None:
-    for item in os.environ.get("LOGDX_PROBE_FAULTS", "").split(","):
+    spec = os.environ.get("LOGDX_PROBE_FAULTS", "")
+    if os.environ.get("LOGDX_PROBE_FAULTS_FILE"):
+        try:
+            with open(os.environ["LOGDX_PROBE_FAULTS_FILE"]) as f:
+                spec += "," + f.read().replace("\n", ",")
+        except OSError:
+            pass  # no file: no injected fault
+    for item in spec.split(","):
         name, _, fault = item.partition("=")
         if name.strip() in (node, f"{node}:{local_rank}") and fault.strip() in FAULTS:
             return fault.strip()

@@ -70,6 +70,9 @@ class Stall(_Strict):
     factor: float = Field(gt=1)
     floor_s: float = Field(gt=0)
     straggler_factor: float = Field(gt=1)
+    # before an attempt's first progress line (imports, rendezvous, loading a checkpoint) a
+    # silent log is not a stall until this long
+    startup_s: float = Field(default=900.0, gt=0)
 
 
 class SkipBatches(_Strict):
@@ -227,6 +230,8 @@ class Facts:
     last_good_step: int | None = None  # and the last step seen healthy before it
     evidence: tuple[str, ...] = ()
     end: JobEnd = field(default_factory=JobEnd)
+    # (free bytes, bytes one checkpoint takes) on the job's checkpoint filesystem, when known
+    checkpoint_space: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -326,6 +331,16 @@ def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict
                     (Step(StepKind.NOTIFY, why, params={"to": "admin", "error_type": facts.error_type.value,
                                                         "evidence": list(facts.evidence[:5])}),),
                     restart=False, retry_number=0, stopped=why)
+    if family_of(facts.error_type.value) == "storage" and facts.checkpoint_space is not None:
+        free, need = facts.checkpoint_space
+        if free < need:
+            # a save that failed on a full disk fails again at the next save: a person must make room
+            why = (f"the checkpoint filesystem is full: {free >> 20} MiB free, a checkpoint takes {need >> 20} MiB; "
+                   "free space (or move the checkpoints) before restarting")
+            return Plan(RecoveryAction.NOTIFY_OWNER, "checkpoint_disk_full", why,
+                        (Step(StepKind.NOTIFY, why, params={"to": "owner", "error_type": facts.error_type.value,
+                                                            "evidence": list(facts.evidence[:5])}),),
+                        restart=False, retry_number=0)
     policy = rules.policy_for(facts.error_type, facts.category)
     budget = rules.budget(policy)
     limit = rules.defaults.same_failure_limit
@@ -380,7 +395,10 @@ def plan_recovery(facts: Facts, history: list[PriorAttempt], host_failures: dict
         steps.append(Step(StepKind.CAPTURE, "record the last progress and stack dumps before restarting",
                           hosts=facts.job_hosts, params={"last_step": facts.last_step}))
     delay = rules.backoff(policy).delay(retry_number)
-    requeue: dict = {"delay_s": delay, "before_step": facts.last_step}
+    # the log prints an iteration once it is done and a checkpoint of step N holds the state after
+    # step N: a complete checkpoint of the last step the log shows done is good to resume from
+    # (one being written when the job died is rejected as incomplete by the checkpoint checks)
+    requeue: dict = {"delay_s": delay, "before_step": facts.last_step + 1 if facts.last_step is not None else None}
     if policy.exclude_named_hosts and suspects:
         requeue["exclude_named"] = list(suspects)
     if policy.action is RecoveryAction.ROLLBACK_AND_SKIP and facts.onset_step is not None:

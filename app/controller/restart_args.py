@@ -10,7 +10,10 @@ job's launcher reads it at start and passes it on. The spec:
   optimizer steps, not micro-batches or samples) whose data is skipped, both ends included; or
   null;
 - `exclude`: nodes the job must not run on (already applied by the scheduler on Slurm);
-- `reason`: why (the diagnosis' action), for the job's own log.
+- `reason`: why (the diagnosis' action), for the job's own log;
+- `restart_count`: the scheduler's restart count of the run the spec is for (Slurm's
+  `SLURM_RESTART_COUNT` once requeued), or null; a run under another count (a later requeue by a
+  person or by Slurm itself) ignores the spec: it is stale.
 
 Pure: no I/O beyond reading the spec file.
 """
@@ -38,6 +41,18 @@ class Spec:
     skip: tuple[int, int] | None
     exclude: tuple[str, ...]
     reason: str
+    restart_count: int | None = None
+
+    def stale(self, env: dict[str, str]) -> str | None:
+        """Why this spec is not for the run `env` describes (SLURM_RESTART_COUNT, or
+        LOGDX_RESTART_COUNT for other launchers), or None when it is (or nobody can tell)."""
+        now = env.get("LOGDX_RESTART_COUNT") or env.get("SLURM_RESTART_COUNT")
+        if self.restart_count is None or now is None or not now.strip().isdigit():
+            return None
+        if int(now) == self.restart_count:
+            return None
+        return (f"the restart spec was written for restart {self.restart_count}, this run is restart {int(now)}: "
+                "ignored (stale)")
 
 
 def _int(value: object, name: str) -> int | None:
@@ -66,7 +81,7 @@ def parse_spec(data: object) -> Spec:
     if not isinstance(exclude, list) or not all(isinstance(h, str) for h in exclude):
         raise SpecError("exclude must be a list of node names")
     return Spec(checkpoint, _int(data.get("checkpoint_step"), "checkpoint_step"), skip, tuple(exclude),
-                str(data.get("reason") or ""))
+                str(data.get("reason") or ""), _int(data.get("restart_count"), "restart_count"))
 
 
 def load_spec(path: str | Path) -> Spec:

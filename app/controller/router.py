@@ -167,7 +167,7 @@ def start_live_watch(services):  # noqa: ANN001, ANN201
     stall = get_controller(services).rules.defaults.stall
     monitor = LiveMonitor(db=services.db, store=services.store, ruleset=services.pipeline.ruleset,
                           factor=stall.factor, floor_s=stall.floor_s, straggler_factor=stall.straggler_factor,
-                          clock=time.monotonic)
+                          startup_s=stall.startup_s, clock=time.monotonic)
     services.live_monitor = monitor
     return asyncio.create_task(run_monitor(monitor, interval_s=services.settings.controller_live_interval_s,
                                            worker=services.worker, get_controller=lambda: get_controller(services)))

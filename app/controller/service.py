@@ -19,7 +19,7 @@ import os
 import re
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -27,7 +27,7 @@ from sqlalchemy import select
 
 from app.actions.service import finish_action, record_action
 from app.controller import store
-from app.controller.checkpoints import choose_checkpoint
+from app.controller.checkpoints import choose_checkpoint, space
 from app.controller.health import HealthProbe, check_hosts, host_status
 from app.controller.hosts import map_hosts, normalise_hosts
 from app.controller.models import RecoveryRun
@@ -38,7 +38,7 @@ from app.controller.recovery import (
 )
 from app.controller.schedulers.base import JobInfo, RecordingScheduler, RestartSpec, Scheduler, SchedulerError
 from app.core.fingerprint import fingerprint
-from app.core.types import Category, Diagnosis, ErrorType
+from app.core.types import Category, Diagnosis, ErrorType, family_of
 from app.db.base import utcnow
 from app.db.engine import Database
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
@@ -180,6 +180,10 @@ class Controller:
             end = job_end(stored_state=(attempt.state if attempt else None) or job.state,
                           stored_exit=attempt.exit_code if attempt else None, info=info)
             facts = facts_from(diagnosis, job.host_names, end)
+            ckpt_dir = checkpoint_dir or (info.checkpoint_dir if info else None)
+            if ckpt_dir and family_of(facts.error_type.value) == "storage":
+                # a storage error: is the checkpoint filesystem full (no restart can save then)?
+                facts = replace(facts, checkpoint_space=space(ckpt_dir))
             window = self.rules.defaults.repeat_offender.window_s
             counts = store.host_failures(session=session, cluster=job.cluster, hosts=list(facts.suspect_hosts),
                                          since=now - timedelta(seconds=window))
@@ -462,7 +466,8 @@ class Controller:
         spec = RestartSpec(checkpoint=choice.path if choice else None,
                            checkpoint_step=choice.step if choice else None,
                            skip_batches=tuple(skip) if skip else None,
-                           exclude=tuple(dict.fromkeys(ctx.exclude)), reason=ctx.plan.reason)
+                           exclude=tuple(dict.fromkeys(ctx.exclude)), reason=ctx.plan.reason,
+                           restart_count=info.restarts + 1)
         if not ctx.dry_run and info.workdir:
             spec.write(info.workdir)
         scheduler.requeue(ctx.external_id, restart=spec, delay_s=float(step.params.get("delay_s") or 0.0))
@@ -491,7 +496,12 @@ class Controller:
 
 
 def _exc_nodes(scheduler: Scheduler, info: JobInfo) -> list[str]:
-    """Nodes the job already excludes (Slurm's ExcNodeList)."""
+    """Nodes the job already excludes (Slurm's ExcNodeList), less those the controller excluded
+    earlier that are back in service (the next requeue releases them)."""
+    kept = getattr(scheduler, "kept_exclusions", None) or getattr(getattr(scheduler, "inner", None),
+                                                                   "kept_exclusions", None)
+    if kept is not None:
+        return sorted(kept(info)[0])
     exc = info.raw.get("ExcNodeList", "") if isinstance(info.raw, dict) else ""
     expand = getattr(scheduler, "hostnames", None) or getattr(getattr(scheduler, "inner", None), "hostnames", None)
     if not exc or exc in ("(null)", "None") or expand is None:

@@ -4,7 +4,8 @@ Progress lines are recognised by the filter rules marked `progress: true` (rules
 their `step` and `time` (ms per step) groups; ranks and hosts come from the launcher prefixes
 (app/core/fields.py). A stall is no progress marker for `factor` x the job's own typical step
 time (learned from its metric lines, else from the spacing of its progress lines), never less
-than `floor_s`; a log that does not grow at all for that long is stalled too. A straggler is a
+than `floor_s`; a log with no progress line yet (the job is starting: imports, rendezvous, a
+checkpoint load) is stalled only when it has not grown for `startup_s`. A straggler is a
 rank whose median step time is `straggler_factor` x the median of all ranks.
 
 Pure: fed lines and clock readings; the CLI (`logdx watch`) does the file following.
@@ -32,9 +33,11 @@ class Alert:
 
 class LiveWatcher:
     def __init__(self, ruleset: RuleSet, *, factor: float = 5.0, floor_s: float = 120.0,
-                 straggler_factor: float = 2.0, window: int = 50) -> None:
+                 straggler_factor: float = 2.0, window: int = 50, startup_s: float | None = None) -> None:
         self.rules = [r for r in ruleset.filters if r.spec.progress]
         self.factor, self.floor_s, self.straggler_factor = factor, floor_s, straggler_factor
+        # no progress line yet: the job is starting (imports, rendezvous, checkpoint load)
+        self.startup_s = max(floor_s, startup_s) if startup_s is not None else floor_s
         self.step_times: deque[float] = deque(maxlen=window)  # seconds per step, from `time` groups
         self.intervals: deque[float] = deque(maxlen=window)   # seconds between progress lines
         self.per_rank: dict[str, deque[float]] = {}
@@ -108,10 +111,11 @@ class LiveWatcher:
                           f"last step {self.last_step}",
                           {"last_step": self.last_step, "last_line": self.last_line, "limit_s": limit,
                            "since_progress_s": since_progress, "log_growing": bool(since_growth is not None and since_growth < limit)})]
-        if since_progress is None and since_growth is not None and since_growth > limit:
+        if since_progress is None and since_growth is not None and since_growth > self.startup_s:
             self.stalled = True
-            return [Alert("stall", now, f"the log has not grown for {since_growth:.0f} s and shows no progress",
-                          {"last_step": None, "limit_s": limit, "since_growth_s": since_growth})]
+            return [Alert("stall", now, f"the log has not grown for {since_growth:.0f} s and shows no progress "
+                          f"(start-up allowance {self.startup_s:g} s)",
+                          {"last_step": None, "limit_s": self.startup_s, "since_growth_s": since_growth})]
         return []
 
     def _stragglers(self, now: float) -> list[Alert]:

@@ -80,3 +80,35 @@ def test_empty_file_and_nothing_usable(tmp_path):
     (tmp_path / "iter_0000100" / "mp_rank_00_000" / "model_optim_rng.pt").write_bytes(b"")
     assert choose_checkpoint(tmp_path) is None
     assert choose_checkpoint(tmp_path / "missing") is None
+
+
+def test_space_says_whether_the_next_checkpoint_fits(tmp_path):
+    import subprocess
+
+    from app.controller.checkpoints import space
+
+    assert space(tmp_path) is None  # nothing to size yet
+    shard = tmp_path / "iter_0000020" / "mp_rank_00"
+    shard.mkdir(parents=True)
+    (shard / "model_optim_rng.pt").write_bytes(b"w" * 300_000)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("20")
+    free, need = space(tmp_path)
+    assert need == 300_000 and free > need
+    # a real full filesystem (a small tmpfs), where mounting is allowed
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "t", str(mnt)], capture_output=True).returncode:
+        return
+    try:
+        shard = mnt / "iter_0000020" / "mp_rank_00"
+        shard.mkdir(parents=True)
+        (shard / "model_optim_rng.pt").write_bytes(b"w" * 400_000)
+        with (mnt / "filler").open("wb") as f:
+            try:
+                f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass  # ENOSPC: full
+        free, need = space(mnt)
+        assert free < need == 400_000
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

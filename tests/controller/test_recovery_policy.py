@@ -158,3 +158,35 @@ def test_a_repeat_offender_outside_the_job_is_not_drained():
     plan = plan_recovery(facts(suspects=("n2", "n9")), [], {"n2": 2, "n9": 5}, RULES, now=NOW)
     assert plan.repeat_offenders == ("n2",)
     assert [s.hosts for s in plan.steps if s.kind is StepKind.DRAIN and s.hosts] == [("n2",)]
+
+
+def test_a_storage_error_on_a_full_checkpoint_filesystem_is_not_restarted():
+    from dataclasses import replace
+
+    full = replace(facts(ErrorType.StorageError, suspects=()), checkpoint_space=(64 << 10, 3 << 20))
+    plan = plan_recovery(full, [], {}, RULES, now=NOW)
+    assert plan.action is RecoveryAction.NOTIFY_OWNER and not plan.restart and plan.policy_id == "checkpoint_disk_full"
+    assert "checkpoint filesystem is full" in plan.reason and plan.steps[0].params["to"] == "owner"
+    # room for the next save: the transient policy as usual
+    roomy = replace(full, checkpoint_space=(10 << 20, 3 << 20))
+    assert plan_recovery(roomy, [], {}, RULES, now=NOW).action is RecoveryAction.RETRY
+    # no space known (no checkpoint yet, or not readable from the controller): as usual too
+    assert plan_recovery(replace(full, checkpoint_space=None), [], {}, RULES, now=NOW).action is RecoveryAction.RETRY
+
+
+def test_the_checkpoint_of_the_last_step_done_is_good_to_resume_from(tmp_path):
+    """The job saved (completely) at step 100, printed iteration 100, then died uploading it:
+    resume from step 100, not from the save before (a whole interval lost for nothing)."""
+    from app.controller.checkpoints import choose_checkpoint
+
+    plan = plan_recovery(facts(ErrorType.ConnectionError, step=100, suspects=()), [], {}, RULES, now=NOW)
+    before = plan.steps[-1].params["before_step"]
+    for step in (80, 100):
+        shard = tmp_path / f"iter_{step:07d}" / "mp_rank_00"
+        shard.mkdir(parents=True)
+        (shard / "model_optim_rng.pt").write_bytes(b"w")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("100")
+    assert choose_checkpoint(tmp_path, before_step=before).step == 100
+    # a save of step 100 still being written when the job died (tracker at 80) is not used
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("80")
+    assert choose_checkpoint(tmp_path, before_step=before).step == 80

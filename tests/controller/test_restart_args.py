@@ -74,3 +74,20 @@ def test_the_cli_says_why_a_spec_is_bad(tmp_path):
     out = subprocess.run([LOGDX, "restart-args", "absent.json", "--missing-ok"], cwd=tmp_path,
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == ""
+
+
+def test_a_spec_written_for_an_earlier_restart_is_stale_and_ignored(tmp_path):
+    """The controller wrote the spec for restart 1; a person requeues the job later (restart 2):
+    the launcher must start as it would (from the tracker), not reload the old checkpoint and
+    skip the old batches again."""
+    written(tmp_path, checkpoint="/ckpt/iter_0000040", checkpoint_step=40, skip_batches=(41, 241), restart_count=1)
+    spec = load_spec(tmp_path / "logdx-restart.json")
+    assert spec.restart_count == 1 and spec.stale({"SLURM_RESTART_COUNT": "1"}) is None
+    assert spec.stale({}) is None  # nobody can tell: used
+    assert "written for restart 1, this run is restart 2" in spec.stale({"SLURM_RESTART_COUNT": "2"})
+    cli = [sys.executable, "-m", "app.cli", "restart-args"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(cli, cwd=tmp_path, env={**env, "SLURM_RESTART_COUNT": "2"}, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == "" and "stale" in out.stderr, out
+    out = subprocess.run(cli, cwd=tmp_path, env={**env, "SLURM_RESTART_COUNT": "1"}, capture_output=True, text=True)
+    assert out.stdout.split()[:4] == ["--load", "/ckpt", "--ckpt-step", "40"], out

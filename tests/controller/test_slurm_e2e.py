@@ -319,3 +319,33 @@ def test_a_host_failing_a_health_probe_through_srun_is_drained_though_the_allgat
     assert run.outcome["health"]["failed"] == [named] and run.outcome["drained"] == [named], run.outcome
     assert slurm.nodes()[named].drained
     assert wait(slurm, ext, restarts=1) == "COMPLETED" and named not in slurm.job(ext).nodes
+
+
+def test_a_node_the_controller_excluded_is_released_once_back_in_service(slurm):
+    """Each requeue adds the nodes of its failure to the job's ExcNodeList; a node excluded for an
+    earlier failure and since repaired (not drained) must not stay excluded for ever (after a few
+    node faults a small cluster has too few nodes left for the job). The job's own exclusions
+    stay."""
+    from app.controller.schedulers.base import RestartSpec
+    from app.controller.service import _exc_nodes
+
+    out = subprocess.run(["sbatch", "--parsable", "--hold", "-N1", "--requeue", "-J", "excl", "-o", "/dev/null",
+                          "--exclude=node4", "--comment", "logdx_ckpt=/ckpt/x", "--wrap", "sleep 300"],
+                         env=slurm.env, capture_output=True, text=True, check=True)
+    ext = out.stdout.strip().split(";")[0]
+    try:
+        slurm.requeue(ext, restart=RestartSpec(exclude=("node1",)))
+        info = slurm.job(ext)
+        assert slurm.hostnames(info.raw["ExcNodeList"]) == ["node1", "node4"]
+        assert "logdx_exc=node1" in info.raw["Comment"] and info.checkpoint_dir == "/ckpt/x"
+        assert _exc_nodes(slurm, info) == ["node4"]  # node1 is in service: the next requeue releases it
+        slurm.drain("node2", reason="logdx: test")
+        slurm.requeue(ext, restart=RestartSpec(exclude=("node2",)))
+        info = slurm.job(ext)
+        # node1 is in service again: released; node2 (drained) and the job's own node4 stay
+        assert slurm.hostnames(info.raw["ExcNodeList"]) == ["node2", "node4"], info.raw["ExcNodeList"]
+        assert "logdx_exc=node2" in info.raw["Comment"] and info.checkpoint_dir == "/ckpt/x"
+        slurm.resume("node2", reason="repaired")
+        assert _exc_nodes(slurm, slurm.job(ext)) == ["node4"]
+    finally:
+        subprocess.run(["scancel", ext], env=slurm.env, capture_output=True)

@@ -80,3 +80,17 @@ def test_watch_cli_reports_a_stall_on_a_live_file(tmp_path):
     assert alert["kind"] == "stall" and alert["last_step"] == 14
     # writing took ~1.5 s, the stall is called ~1 s (the floor) after the last line
     assert 1.5 < elapsed < 20
+
+
+def test_a_starting_job_gets_its_start_up_allowance_before_a_silent_log_is_a_stall():
+    # imports, rendezvous and a checkpoint load print nothing for a while: not a hang yet
+    w = LiveWatcher(RULES, factor=5, floor_s=10, startup_s=60)
+    w.feed(["chaos job 7 attempt 2 on node[1-2]"], now=0)
+    assert w.tick(11) == [] and w.tick(59) == []
+    alert = w.tick(61)[0]
+    assert alert.kind == "stall" and "start-up allowance 60" in alert.message
+    # once training shows progress, the floor applies again
+    w = LiveWatcher(RULES, factor=5, floor_s=10, startup_s=60)
+    for i in range(5):
+        w.feed([nano(i, 100)], now=float(i))
+    assert w.tick(4 + 11)[0].details["last_step"] == 4

@@ -49,6 +49,10 @@ class RestartSpec:
     skip_batches: tuple[int, int] | None = None
     exclude: tuple[str, ...] = ()
     reason: str = ""
+    # the scheduler's restart count of the run this spec is for (Slurm: SLURM_RESTART_COUNT after
+    # the requeue); a launcher started under another count ignores it: a later restart (a person's
+    # requeue, Slurm's own) must not reload an old checkpoint or skip data again
+    restart_count: int | None = None
 
     def write(self, workdir: str | Path) -> Path:
         """The restart file the job's launcher reads ($LOGDX_RESTART_FILE or ./logdx-restart.json)."""

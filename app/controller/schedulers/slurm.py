@@ -4,8 +4,10 @@ job without some nodes, read job and node state, launch probe workers with srun.
 `scontrol show ... -o` prints one record per line as `Key=Value` pairs separated by spaces, but
 values may contain spaces (Reason, Comment, Command, WorkDir): a value runs until the next
 ` Key=` whose key looks like a Slurm field name. Slurm holds a requeued batch job for about two
-minutes (its begin time is pushed back); the adapter resets the start time unless a backoff
-delay asks for a later one.
+minutes (its begin time is pushed back); the adapter resets the start time of a job that ended
+(unless a backoff delay asks for a later one), but not of one requeued while running (a hang):
+its credential is revoked on its nodes for AuthInfo's cred_expire (120 s by default) and an
+earlier start fails, so that hold is the site's setting.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ _NOT_ENDED = frozenset({"RUNNING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUE
                         "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT"})
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
 CKPT_COMMENT = re.compile(r"logdx_ckpt=(\S+)")
+# the nodes the controller added to a job's ExcNodeList, kept in its Comment: once such a node is
+# back in service (repaired, resumed) the next requeue lets the job use it again
+EXC_COMMENT = re.compile(r"\s*logdx_exc=(\S*)")
 
 
 def parse_record(line: str) -> dict[str, str]:
@@ -99,20 +104,40 @@ class SlurmScheduler:
     def resume(self, node: str, *, reason: str) -> None:
         self._run("scontrol", "update", f"NodeName={node}", "State=RESUME")
 
+    def kept_exclusions(self, info: JobInfo, nodes: dict[str, NodeInfo] | None = None) -> tuple[set[str], set[str]]:
+        """(the job's ExcNodeList as it stays, the part of it the controller added). A node the
+        controller excluded earlier that is back in service is released; the job's own
+        exclusions (from its submission) are kept as they are."""
+        old = set(self.hostnames(info.raw.get("ExcNodeList", "")))
+        m = EXC_COMMENT.search(info.raw.get("Comment", "") or "")
+        ours = {h for h in (m.group(1).split(",") if m else []) if h} & old
+        if ours:
+            nodes = nodes if nodes is not None else self.nodes()
+            ours = {h for h in ours if h not in nodes or nodes[h].drained}
+        return (old - set(m.group(1).split(",") if m else ())) | ours, ours
+
     def requeue(self, job_id: str, *, restart: RestartSpec, delay_s: float = 0.0) -> None:
         info = self.job(job_id)
         if info.state not in ("PENDING", "REQUEUED"):
             self._run("scontrol", "requeue", str(job_id))
-        excluded = set(self.hostnames(info.raw.get("ExcNodeList", ""))) | set(restart.exclude)
-        updates = [f"JobId={job_id}"]
-        if excluded:
-            updates.append(f"ExcNodeList={','.join(sorted(excluded))}")
+        kept, ours = self.kept_exclusions(info)
+        ours |= set(restart.exclude) - kept
+        excluded = kept | set(restart.exclude)
+        updates = [f"JobId={job_id}", f"ExcNodeList={','.join(sorted(excluded))}"]
+        comment = EXC_COMMENT.sub("", info.raw.get("Comment", "") or "")
+        comment = comment if comment not in ("(null)", "None") else ""
+        if ours or EXC_COMMENT.search(info.raw.get("Comment", "") or ""):
+            comment = (comment + (f" logdx_exc={','.join(sorted(ours))}" if ours else "")).strip()
+            updates.append(f"Comment={comment}")
         start = "now" if delay_s <= 0 else f"now+{int(round(delay_s))}"
         updates.append(f"StartTime={start}")
         self._run("scontrol", "update", *updates)
         if info.state == "COMPLETING":
             # asked from EpilogSlurmctld: Slurm requeues (and holds ~120 s) only once the epilog
-            # has ended, after this update; set the start time again once the job is pending
+            # has ended, after this update; set the start time again once the job is pending.
+            # Not for a job requeued while RUNNING (a hang): Slurm revoked its credential on its
+            # nodes and holds it for the credential's lifetime (AuthInfo cred_expire, 120 s by
+            # default); started sooner it fails at once ("Job credential revoked")
             threading.Thread(target=self._start_when_pending, args=(job_id, updates), daemon=True,
                              name=f"slurm-requeue-{job_id}").start()
 
