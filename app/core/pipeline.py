@@ -13,12 +13,12 @@ from types import EllipsisType
 from typing import BinaryIO
 
 from app import __version__
+from app.core import ablation
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
 from app.core.exceptions import ExceptionView
 from app.core.ingest import Limits
 from app.core.onset import refine_onset
-from app.core import ablation
 from app.core.placement import JobPlacement, name_hosts, ranked_suspect_hosts, session_host
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
