@@ -153,7 +153,8 @@ def main() -> int:
                 ("raw log, search", f"/ui/jobs/{job_id}/log?q=error"),
                 ("raw log, around a line", f"/ui/jobs/{job_id}/log?around=50"),
                 ("statistics, 30 d", "/ui/stats"), ("statistics, all", "/ui/stats?range=all"),
-                ("statistics CSV", "/ui/stats.csv?range=all"), ("rules", "/ui/rules"),
+                ("statistics CSV", "/ui/stats.csv?range=all"), ("node view", "/ui/hosts/gpu-a-001"),
+                ("rules", "/ui/rules"),
             ]
             results = []
             for name, url in pages:

@@ -21,6 +21,7 @@ from app.diagnoses import service as diagnoses
 from app.diagnoses.service import label_out
 from app.errors import InvalidInput, NotFound
 from app.failures import service as failures
+from app.failures.host import host_view
 from app.failures.job import job_page
 from app.failures.models import GroupState
 from app.labels import service as labels
@@ -343,6 +344,18 @@ def raw_log_page(request: Request, job_id: ObjectId, services: ServicesDep, _: W
                 host=host, found=found, matched={m.number for m in found.matches} if found else set(),
                 shown=shown, more=more, around=around, context=context, previous=previous, following=following,
                 query=urlencode(params), needle=(q or "").lower())
+
+
+@router.get("/hosts/{host}", response_class=HTMLResponse)
+def host_page(request: Request, host: str, services: ServicesDep, _: WebEngineer) -> HTMLResponse:
+    """The node view: one host's infrastructure failures, drain state and history, and probes."""
+    if not host.strip() or len(host) > 255:
+        raise InvalidInput("a host name is 1 to 255 characters")
+    with services.db.transaction() as session:
+        view = host_view(session=session, host=host)
+        probes = [(probe_view(p), p) for p in view.probes]
+    verdicts = [(v, next((h for h in v.hosts if h.host == host), None)) for v, _row in probes]
+    return page(request, "host.html", view=view, host=host, probes=verdicts, host_query=urlencode({"host": host}))
 
 
 @router.get("/stats", response_class=HTMLResponse)

@@ -46,6 +46,7 @@ def server(tmp_path_factory):
            "LOGDX_SYNC_DIAGNOSE_MAX_BYTES": str(INLINE_LIMIT), "LOGDX_DIAGNOSIS_EXECUTOR": "thread"}
     live = LiveServer(env, port=free_port()).start(timeout=60)
     url = f"sqlite:///{data / 'logdx.db'}"
+    live.db_url = url
     live.tokens = {role.value: issue_token(url, role, f"{role.value}-oncall") for role in TokenRole}
     yield live
     live.stop()
@@ -229,6 +230,46 @@ def test_repeat_offender_hosts_are_the_hosts_infrastructure_failures_name(server
     expect(page.locator("#h-hosts ~ p.help, section[aria-labelledby=h-hosts] p.help").first).to_contain_text(
         "infrastructure")
     shot(page, "stats")
+
+
+def test_node_view_shows_a_hosts_failures_drain_and_probes(server, page):
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from app.actions.models import ControllerAction
+    from app.controller.models import ProbeRun
+
+    ecc = [send(server, "node", f"ecc-{n}", ecc_log("gpu-sick: "), ended_hours_ago=3 + n, hosts=["gpu-sick", "gpu-ok"])
+           for n in range(2)]
+    send(server, "node", "bug", user_bug_log(), ended_hours_ago=1, hosts=["gpu-sick", "gpu-ok"])
+    job_id = ecc[0]["job"]["id"]
+    engine = create_engine(server.db_url)
+    with Session(engine) as session, session.begin():
+        session.add(ControllerAction(job_id=job_id, kind="drain", params={"host": "gpu-sick",
+                                     "reason": "ECC errors in two jobs"}, dry_run=False, status="done",
+                                     actor="controller", result={}))
+        session.add(ProbeRun(cluster="node", job_id=job_id, hosts=["gpu-sick", "gpu-ok"], verdict="faulty",
+                             faulty=["gpu-sick"], slow=[], duration_s=12.0,
+                             result={"healthy": ["gpu-ok"], "faulty": ["gpu-sick"]}))
+    engine.dispose()
+
+    page.goto(server.url + "/ui/stats?cluster=node&range=all")
+    page.locator("#repeat-hosts").get_by_role("link", name="gpu-sick", exact=True).click()
+    expect(page.get_by_role("heading", name="Host gpu-sick")).to_be_visible()
+    by_type = page.locator("#host-by-type tbody tr")
+    expect(by_type).to_have_count(1)  # the user-code failure on the same host does not count
+    expect(by_type.first).to_contain_text("infrastructure")
+    expect(by_type.first.locator("td.num")).to_have_text("2")
+    expect(page.locator("#host-failures tbody tr")).to_have_count(2)
+    expect(page.locator("#host-state")).to_contain_text("drained")
+    expect(page.locator("#host-reason")).to_contain_text("ECC errors in two jobs")
+    expect(page.locator("#host-state")).to_contain_text("UTC")
+    expect(page.locator("#host-probes tbody tr").first.locator("td.verdict")).to_contain_text("faulty")
+    shot(page, "host")
+    # the job page links its suspects and its probe results to the node view
+    page.goto(f"{server.url}/ui/jobs/{job_id}")
+    expect(page.locator(f'a.host[href="/ui/hosts/gpu-sick"]').first).to_be_visible()
+    expect(page.locator('.probe-hosts a.host[href="/ui/hosts/gpu-ok"]')).to_have_count(1)
 
 
 def ranked_log() -> bytes:
