@@ -358,13 +358,18 @@ def host_page(request: Request, host: str, services: ServicesDep, _: WebEngineer
     return page(request, "host.html", view=view, host=host, probes=verdicts, host_query=urlencode({"host": host}))
 
 
+def _stats_window(range_: str | None, since: str | None, until: str | None, interval: str | None):
+    """The statistics page's and its CSV's window: (range key, start, end, interval); an explicit
+    `since` overrides the range (30 days by default), an unknown interval is a day."""
+    range_key, start = since_of(range_, "30d")
+    return (range_key, parse_date(since) or start, parse_date(until, end=True),
+            interval if interval in ("day", "week", "month") else "day")
+
+
 @router.get("/stats", response_class=HTMLResponse)
 def stats_page(request: Request, services: ServicesDep, _: WebEngineer, cluster: Q = None, range: Q = None,  # noqa: A002
                since: Q = None, until: Q = None, interval: Q = None) -> HTMLResponse:
-    range_key, start = since_of(range, "30d")
-    start = parse_date(since) or start
-    end = parse_date(until, end=True)
-    interval = interval if interval in ("day", "week", "month") else "day"
+    range_key, start, end, interval = _stats_window(range, since, until, interval)
     with services.db.transaction() as session:
         data = stats.failure_stats(session=session, since=start, until=end, cluster=opt(cluster),
                                    host_limit=20, interval=interval, per_host=False)
@@ -385,10 +390,7 @@ def stats_page(request: Request, services: ServicesDep, _: WebEngineer, cluster:
 def stats_csv(services: ServicesDep, _: WebEngineer, cluster: Q = None, range: Q = None,  # noqa: A002
               since: Q = None, until: Q = None, interval: Q = None) -> Response:
     """Every table of the statistics page, one CSV: a `table` column names the table."""
-    _key, start = since_of(range, "30d")
-    start = parse_date(since) or start
-    end = parse_date(until, end=True)
-    interval = interval if interval in ("day", "week", "month") else "day"
+    _key, start, end, interval = _stats_window(range, since, until, interval)
     with services.db.transaction() as session:
         data = stats.failure_stats(session=session, since=start, until=end, cluster=opt(cluster),
                                    host_limit=1000, interval=interval, per_host=False)
