@@ -38,6 +38,7 @@ from app.controller.recovery import (
 )
 from app.controller.schedulers.base import JobInfo, RecordingScheduler, RestartSpec, Scheduler, SchedulerError
 from app.core.fingerprint import fingerprint
+from app.core.rank import stopped_on_progress
 from app.core.types import Category, Diagnosis, ErrorType, family_of
 from app.db.base import utcnow
 from app.db.engine import Database
@@ -58,6 +59,12 @@ _STEP_RX = re.compile(r"(?:iteration|step|iter)\s*[:=]?\s*(\d+)", re.IGNORECASE)
 
 
 def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str], end: JobEnd | None = None) -> Facts:
+    end = end or JobEnd()
+    if end.running or end.failed:
+        # a log that ends on a training step shows no failure by itself; a job that was stalled
+        # (the live watch acts only on a stall) or ended without finishing hung at that step
+        diagnosis = stopped_on_progress(diagnosis, "still running without progress" if end.running
+                                        else f"ended {end.state or 'with exit ' + str(end.exit_code)}")
     rc = diagnosis.root_cause
     onset = rc.onset_step
     if onset is None and rc.error_type in (ErrorType.LossSpike, ErrorType.NaNLoss):
@@ -75,7 +82,7 @@ def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str], end: JobEnd | Non
                  last_step=last, onset_step=onset if onset is not None else (last if rc.error_type in (
                      ErrorType.LossSpike, ErrorType.NaNLoss) else None),
                  last_good_step=rc.last_good_step,
-                 evidence=tuple(e.text for e in rc.evidence), end=end or JobEnd())
+                 evidence=tuple(e.text for e in rc.evidence), end=end)
 
 
 # Slurm shows COMPLETING while the epilog runs; its reason says what the end state will be

@@ -18,7 +18,7 @@ summary alone is `Unknown` too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import regex
 
@@ -26,7 +26,7 @@ from app.core import regexcache
 from app.core.compressed import BINARY_TEXT, CompressedLog
 from app.core.events import ErrorEvent
 from app.core.types import (
-    ActionKind, Category, CoOccurring, ErrorType, Evidence, Role, RootCause,
+    ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Role, RootCause,
 )
 
 _ROLE_ORDER = {Role.CAUSE: 2, Role.WRAPPER: 1, Role.SYMPTOM: 0}
@@ -282,10 +282,12 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
             f"training finished normally (line {done.line}: {(done.text or '').strip()[:200]}) and no error "
             "follows. If the job did not exit after this, it hung in shutdown (take stack dumps).",
             [Evidence(line=done.line, text=(done.text or "")[:2000])])
-    if log.last_progress is not None and log.inferred_progress and log.stats.lines_in <= log.last_progress.line:
-        # a format-free progress marker (app/core/signals.py) is inferred from a line's layout, not
-        # known to be the trainer's step line: the stall must show (output after it that never
-        # advances); an excerpt that ends on one shows training going on
+    if log.last_progress is not None and log.stats.lines_in <= log.last_progress.line:
+        # a stall must show in the log: output after the last step that never advances (a stall
+        # warning, a phase that began and never ended, hours of other lines). A log that ends on a
+        # step line shows training going on; whether it then stopped is not in the log but in the
+        # job's end (the scheduler's time limit, the live watch's clock: the controller reads a
+        # stopped job's log that ends on progress as a Hang, app/controller/service.py)
         p = log.last_progress
         return _no_failure(
             f"training progressed up to the log's last line ({p.line}"
@@ -314,3 +316,29 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
         error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1,
         evidence=[], explanation="No error and no training progress were found in the log.")
     return Ranking(rc, None, [], only_symptoms=False)
+
+
+def ends_on_progress(diagnosis: Diagnosis) -> bool:
+    """The log shows no failure and ends on a training step: whether the run then stalled is not in
+    the log but in how the job ended (`stopped_on_progress`)."""
+    p = diagnosis.last_progress
+    return (diagnosis.root_cause.error_type is ErrorType.Unknown and p is not None
+            and diagnosis.compression.lines_in <= p.line)
+
+
+def stopped_on_progress(diagnosis: Diagnosis, why: str) -> Diagnosis:
+    """The diagnosis of a log that ends on a training step, for a job known to have stopped without
+    finishing (`why`: the scheduler's time limit or failure, the live watch's stall clock): a Hang
+    at that step. Any other diagnosis is returned as it is."""
+    if not ends_on_progress(diagnosis):
+        return diagnosis
+    p = diagnosis.last_progress
+    assert p is not None
+    rc = RootCause(
+        error_type=ErrorType.Hang, category=Category.FRAMEWORK, confidence=0.6,
+        evidence=[Evidence(line=p.line, text=(p.text or "")[:2000])],
+        explanation=(f"No error in the log; it ends on the last progress marker (line {p.line}"
+                     + (f", step {p.step}" if p.step is not None else "")
+                     + f") and the job stopped without finishing ({why}): it stopped making progress "
+                     "without an error."))
+    return replace(diagnosis, root_cause=rc)

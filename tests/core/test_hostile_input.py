@@ -91,9 +91,9 @@ def test_a_log_cut_short_is_not_called_a_hang(tmp_path):
     path = tmp_path / "job.log"
     path.write_bytes(b"".join(b" iteration %8d/  500000 | consumed samples: %12d | elapsed time per iteration (ms): "
                               b"1234.5 | learning rate: 1.500E-04 | lm loss: 2.345678E+00 |\n" % (i, 512 * i)
-                              for i in range(1, 1001)))
+                              for i in range(1, 1001)) + b"saving checkpoint at iteration 1000\n")
     whole = Pipeline().diagnose(path, workers=1).diagnosis.root_cause
-    assert whole.error_type == "Hang"  # read to the end: progress stopped without a completion marker
+    assert whole.error_type == "Hang"  # read to the end: a save began after the last step and never ended
 
     class AfterFirstChunk(Limits):  # the deadline passes while the first chunk is being read
         calls = 0
@@ -124,7 +124,7 @@ def test_a_truncated_archive_is_not_called_a_hang(tmp_path, encoding, workers):
 
     data = b"".join(b" iteration %8d/  500000 | consumed samples: %12d | elapsed time per iteration (ms): "
                     b"1234.5 | learning rate: 1.500E-04 | lm loss: %.6E |\n" % (i, 512 * i, 2 + 1 / i)
-                    for i in range(1, 20_001))
+                    for i in range(1, 20_001)) + b"saving checkpoint at iteration 20000\n"
     blob = gzip.compress(data) if encoding == "gzip" else zstandard.ZstdCompressor().compress(data)
     whole, cut = tmp_path / "whole.log.bin", tmp_path / "cut.log.bin"
     whole.write_bytes(blob)

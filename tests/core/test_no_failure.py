@@ -69,10 +69,21 @@ def test_an_error_after_the_completion_marker_is_the_failure(pipe):
     assert d.root_cause.error_type != "Unknown"
 
 
-def test_progress_that_stops_without_a_completion_marker_is_a_hang(pipe):
-    # what a watcher sends for a job whose progress stopped
+def test_a_log_that_ends_on_a_step_is_a_hang_only_for_a_job_that_stopped(pipe):
+    """The log alone shows training going on up to its last line (a pasted excerpt of a healthy
+    run ends so); a job the scheduler or the live watch saw stop without finishing hung there."""
+    from app.core.rank import ends_on_progress, stopped_on_progress
+
     d = run(pipe, "\n".join(hf_steps(40)) + "\n")
-    assert d.root_cause.error_type == "Hang"
+    assert d.root_cause.error_type == "Unknown" and d.action.kind == "investigate"
+    assert ends_on_progress(d) and "progressed up to the log's last line" in d.root_cause.explanation
+    hung = stopped_on_progress(d, "ended timeout")
+    assert hung.root_cause.error_type == "Hang" and hung.root_cause.evidence[0].line == d.last_progress.line
+    assert "ended timeout" in hung.root_cause.explanation
+    # a phase that began after the last step and never ended shows the stall in the log itself
+    d = run(pipe, "\n".join(hf_steps(40) + ["Saving model checkpoint to out/checkpoint-40"]) + "\n")
+    assert d.root_cause.error_type == "Hang" and not ends_on_progress(d)
+    assert stopped_on_progress(d, "ended timeout") is d
 
 
 def test_nan_before_a_completion_marker_is_still_the_failure(pipe):
