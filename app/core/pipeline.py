@@ -131,7 +131,10 @@ class Pipeline:
             hosts=tuple(sorted(ev.hosts)) if ev else (),
             spike_step_index=ev.spike_index if ev else None,
             only_symptoms=ranking.only_symptoms, preceding=_preceding(log, ev),
-            root_lines=tuple(o.text for o in ev.occurrences[:50]) if ev else ())
+            root_lines=tuple(o.text for o in ev.occurrences[:50]) if ev else (),
+            trained_before=ev is not None and (
+                any(p.line < ev.first_line for p in log.recent_progress)
+                or any(m.line < ev.first_line for m in log.metrics[:1])))
         decision = decide(ctx, self.ruleset.policies)
         hosts: list[str] = []
         ranks: list[int] = []

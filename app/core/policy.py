@@ -32,6 +32,8 @@ class PolicyContext:
     preceding: tuple[str, ...] = ()
     # the root cause's own lines (its first occurrences)
     root_lines: tuple[str, ...] = ()
+    # the log shows training progress (a step or metrics line) before the root cause
+    trained_before: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -68,8 +70,28 @@ def _first_collective(ctx: PolicyContext) -> bool:
     return bool(seqs) and max(seqs) <= FIRST_COLLECTIVES
 
 
+# a client that could not reach the job's rendezvous endpoint: torch's c10d TCPStore / socket
+# (`The client socket has timed out ... trying to connect to`, `failed to connect to`,
+# `connect() timed out`), the elastic agent's RendezvousConnectionError / RendezvousTimeoutError,
+# a store barrier or wait that lost its connection, DistStoreError waiting for clients
+_RENDEZVOUS = regex.compile(
+    r"(?i)client socket has (?:timed out|failed to connect)|connect\(\) timed out|"
+    r"Rendezvous(?:Connection|Timeout|Closed)?Error|rendezvous|TCPStore|c10d store|"
+    r"\bstore(?:->|\.)?(?:get|wait|barrier|set)\b|waiting for clients|DistStoreError|"
+    r"(?:RuntimeError|DistNetworkError): (?:Connection (?:reset by peer|refused|timed out)|No route to host)")
+
+
+def _never_connected(ctx: PolicyContext) -> bool:
+    """The job's processes never met: the root cause is a failure to reach the rendezvous endpoint
+    (the master's c10d store, the elastic rendezvous) and the log shows no training before it. A
+    wrong address or port, a blocked port, the wrong interface of a multi-NIC host: a restart
+    fails the same way. A store connection lost after training ran is not this."""
+    return not ctx.trained_before and any(_RENDEZVOUS.search(line) for line in ctx.root_lines)
+
+
 CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "first_collective": _first_collective,
+    "never_connected": _never_connected,
     "silent_ranks": _silent_ranks,
     "early_in_run": lambda ctx: ctx.spike_step_index is not None and ctx.spike_step_index < 10,
     "low_confidence": lambda ctx: ctx.confidence < 0.4,

@@ -1,0 +1,58 @@
+"""A job whose processes never met (a client could not reach the rendezvous endpoint before any
+training) investigates: a wrong address or port, a firewall or the wrong interface of a multi-NIC
+host fails the same way on restart. The same connection lost after training ran stays a retry."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from app.core.pipeline import Pipeline
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return Pipeline()
+
+
+def _diagnose(pipe, lines: list[str]):  # noqa: ANN001
+    return pipe.diagnose(io.BytesIO(("\n".join(lines) + "\n").encode())).diagnosis
+
+
+STEPS = [f"{{'loss': {2 - i / 100:.4f}, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': {i / 100:.2f}}}"
+         for i in range(1, 30)]
+
+# torch 2.x (c10d socket), torch 1.x (TCPStore's own timeout, a socket call's strerror), elastic agent
+NEVER_MET = {
+    "c10d-socket": ["[W socket.cpp:601] [c10d] The client socket has timed out after 60s while trying to connect "
+                    "to (10.1.2.3, 29500).",
+                    "torch.distributed.DistNetworkError: The client socket has timed out after 60s while trying to "
+                    "connect to (10.1.2.3, 29500)."],
+    "tcpstore-1x": ["Traceback (most recent call last):", '  File "train.py", line 12, in <module>',
+                    "    dist.init_process_group('nccl')",
+                    "RuntimeError: connect() timed out. Original timeout was 60000 ms."],
+    "store-reset-1x": ["Traceback (most recent call last):", '  File "train.py", line 40, in <module>',
+                       "    dist.barrier()", "RuntimeError: Connection reset by peer"],
+    "elastic": ["torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d "
+                "store has failed. See inner exception for details."],
+}
+
+
+@pytest.mark.parametrize("lines", list(NEVER_MET.values()), ids=list(NEVER_MET))
+def test_a_job_that_never_met_investigates(pipe, lines):
+    d = _diagnose(pipe, ["Loading checkpoint shards: 100%|##########| 2/2", *lines])
+    assert (d.root_cause.error_type, d.action.kind) == ("NetworkError", "investigate"), d.action.reason
+    assert "never met" in d.action.reason
+
+
+@pytest.mark.parametrize("lines", list(NEVER_MET.values()), ids=list(NEVER_MET))
+def test_the_same_error_after_training_ran_retries(pipe, lines):
+    d = _diagnose(pipe, STEPS + lines)
+    assert (d.root_cause.error_type, d.action.kind) == ("NetworkError", "retry"), d.action.reason
+
+
+def test_a_socket_message_inside_a_longer_runtime_error_is_not_a_network_error(pipe):
+    d = _diagnose(pipe, ["Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
+                         "RuntimeError: Connection reset by peer is not a valid value for --mode"])
+    assert d.root_cause.error_type != "NetworkError"
