@@ -44,6 +44,7 @@ class MetricSampler:
         self.nan: list[MetricPoint] = []
         self._note_rank = note_rank
         self._extracted: set[int] = set()  # line numbers already read in this chunk
+        self._loss_rules: set[str] = set()  # missing_loss_is_nan rules whose lines carried a loss
 
     def new_chunk(self) -> None:
         self._extracted.clear()
@@ -69,6 +70,13 @@ class MetricSampler:
                     values[name] = v
         step_raw = groups.get("step")
         step = int(step_raw) if step_raw and step_raw.isdigit() else None
+        if rule.spec.missing_loss_is_nan and step is not None:
+            if "loss" in values:
+                self._loss_rules.add(rule.id)
+            elif rule.id in self._loss_rules and not int(groups.get("skipped") or 0):
+                # the loss was left out: not positive, i.e. NaN (an interval whose iterations
+                # were all skipped for an fp16 overflow has no loss either, and says so)
+                values["loss"] = math.nan
         self.add(MetricPoint(line_no, step, values, text[:500]))
 
     def extract_signal(self, signal: ShapeSignal, text: str, line_no: int) -> None:

@@ -46,7 +46,7 @@ def __getattr__(name: str):  # DEFAULT_RULES_DIR, found on first use (app/resour
 
 
 GROUP_NAMES = {"rank", "host", "gpu", "xid", "exc", "pid", "node", "local_rank", "signal",
-               "step", "loss", "grad_norm", "loss_scale", "lr", "throughput", "time", "detail"}
+               "step", "loss", "grad_norm", "loss_scale", "lr", "throughput", "time", "detail", "skipped"}
 DEFAULT_PRIORITY = {Role.CAUSE: 50, Role.WRAPPER: 20, Role.SYMPTOM: 10}
 MATCH_TIMEOUT_S = 0.05
 CACHE_FORMAT = 3
