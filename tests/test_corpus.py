@@ -50,7 +50,7 @@ def test_case_is_well_formed(case):
 
 
 def test_known_misses_name_existing_cases():
-    assert set(KNOWN_MISSES) <= {c.name for c in CASES}
+    assert {k.removesuffix(" (hosts)") for k in KNOWN_MISSES} <= {c.name for c in CASES}
 
 
 def test_sources_are_unique_and_not_in_the_dev_split():
@@ -78,7 +78,9 @@ def _host_params():
         meta = _meta(case)
         if meta.get("suspect_hosts") and meta["action"] == "isolate_and_restart" \
                 and case.name not in KNOWN_MISSES:
-            yield pytest.param(case, id=case.name)
+            key = f"{case.name} (hosts)"  # type and action right, hosts not
+            marks = [pytest.mark.xfail(reason=KNOWN_MISSES[key], strict=True)] if key in KNOWN_MISSES else []
+            yield pytest.param(case, id=case.name, marks=marks)
 
 
 @pytest.mark.parametrize("case", list(_host_params()))
@@ -102,4 +104,4 @@ def test_corpus_summary(pipeline):
         a += d.action.kind.value == meta["action"]
     print(f"\ncorpus: type {t}/{n} = {t / n:.1%}, family {f}/{n} = {f / n:.1%}, action {a}/{n} = {a / n:.1%}")
     # every miss is a listed known miss (the per-case tests say which one)
-    assert n - min(t, a) <= len(KNOWN_MISSES)
+    assert n - min(t, a) <= len([k for k in KNOWN_MISSES if not k.endswith(" (hosts)")])

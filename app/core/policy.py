@@ -72,12 +72,13 @@ def _first_collective(ctx: PolicyContext) -> bool:
 
 # a client that could not reach the job's rendezvous endpoint: torch's c10d TCPStore / socket
 # (`The client socket has timed out ... trying to connect to`, `failed to connect to`,
-# `connect() timed out`), the elastic agent's RendezvousConnectionError / RendezvousTimeoutError,
-# a store barrier or wait that lost its connection, DistStoreError waiting for clients
+# `connect() timed out`, a socket call's strerror), the elastic agent's RendezvousConnectionError.
+# Not a rendezvous that timed out waiting for a peer to join (RendezvousTimeoutError, a store
+# wait, DistStoreError waiting for clients): the endpoint was reachable and a node came late or
+# not at all, which a restart can fix.
 _RENDEZVOUS = regex.compile(
     r"(?i)client socket has (?:timed out|failed to connect)|connect\(\) timed out|"
-    r"Rendezvous(?:Connection|Timeout|Closed)?Error|rendezvous|TCPStore|c10d store|"
-    r"\bstore(?:->|\.)?(?:get|wait|barrier|set)\b|waiting for clients|DistStoreError|"
+    r"RendezvousConnectionError|connection to the C10d store has failed|"
     r"(?:RuntimeError|DistNetworkError): (?:Connection (?:reset by peer|refused|timed out)|No route to host)")
 
 
