@@ -73,9 +73,11 @@ class MetricSampler:
         if rule.spec.missing_loss_is_nan and step is not None:
             if "loss" in values:
                 self._loss_rules.add(rule.id)
-            elif rule.id in self._loss_rules and not int(groups.get("skipped") or 0):
-                # the loss was left out: not positive, i.e. NaN (an interval whose iterations
-                # were all skipped for an fp16 overflow has no loss either, and says so)
+            elif (rule.id in self._loss_rules and not int(groups.get("skipped") or 0)
+                  and ("loss_scale" in values or "grad_norm" in values)):
+                # the loss was left out: not positive, i.e. NaN. A field printed after it (loss
+                # scale, grad norm) shows the line was not cut short; an interval whose iterations
+                # were all skipped for an fp16 overflow has no loss either, and says so
                 values["loss"] = math.nan
         self.add(MetricPoint(line_no, step, values, text[:500]))
 

@@ -90,8 +90,29 @@ def _never_connected(ctx: PolicyContext) -> bool:
     return not ctx.trained_before and any(_RENDEZVOUS.search(line) for line in ctx.root_lines)
 
 
+# A process group runs some tens of collectives per training step: ten thousand is minutes of
+# training, against the hundreds of thousands of a job that ran for hours
+EARLY_COLLECTIVES = 10_000
+
+
+def _early_collective(ctx: PolicyContext) -> bool:
+    """The timed-out collective is among the group's first EARLY_COLLECTIVES (the highest SeqNum
+    or last completed work the root cause names): the job failed before it reached steady
+    training. A transient fabric fault strikes in proportion to running time; a timeout this
+    early is more often the job's own (a rank stuck in a code path or its data, ranks that
+    disagree on a collective, a set-up problem), which a restart repeats."""
+    seqs = [int(m.group(1)) for line in ctx.root_lines for m in _SEQNUM.finditer(line)]
+    done = [int(m.group(1)) for line in ctx.root_lines for m in _LAST_COMPLETED.finditer(line)]
+    marks = seqs or done
+    # a SeqNum counts one process group's collectives: a group used now and then (a pipeline
+    # stage's, an evaluation broadcast's) is still low after hours, so training seen before the
+    # timeout outranks it
+    return bool(marks) and max(marks) < EARLY_COLLECTIVES and not ctx.trained_before
+
+
 CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "first_collective": _first_collective,
+    "early_collective": _early_collective,
     "never_connected": _never_connected,
     "silent_ranks": _silent_ranks,
     "early_in_run": lambda ctx: ctx.spike_step_index is not None and ctx.spike_step_index < 10,

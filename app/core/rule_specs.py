@@ -72,8 +72,9 @@ class FilterRuleSpec(_RuleBase):
     completion: bool = False
     # the trainer leaves a loss out of the line when its value is not positive (Megatron-LM's
     # training_log prints a loss key only `if avg > 0.0`, so a NaN loss vanishes): a line of this
-    # rule without its `loss` group, after lines of it with one, is a non-finite loss (unless
-    # its `skipped` group counts skipped iterations: an fp16 overflow interval has no loss either)
+    # rule without its `loss` group, after lines of it with one, and with a field printed after
+    # the loss (loss scale, grad norm: the line was not cut), is a non-finite loss, unless its
+    # `skipped` group counts skipped iterations (an fp16 overflow interval has no loss either)
     missing_loss_is_nan: bool = False
 
 

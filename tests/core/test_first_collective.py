@@ -42,7 +42,24 @@ def test_first_collective_timeout_investigates(lines: list[str]) -> None:
     assert "first collective" in d.action.reason
 
 
-@pytest.mark.parametrize("lines", [_old_torch(96120), _new_torch(1580, 1579)], ids=["torch1-late", "torch2-late"])
+@pytest.mark.parametrize("lines", [_old_torch(96120), _new_torch(158000, 157999)], ids=["torch1-late", "torch2-late"])
 def test_late_timeout_still_retries(lines: list[str]) -> None:
     d = _diagnose(lines)
     assert d.action.kind.value == "retry"
+
+
+def test_a_timeout_before_steady_training_investigates() -> None:
+    """Within the group's first ten thousand collectives and with no training seen before it, a
+    timeout is more often the job's own than a transient fault (policy `nccl-timeout-early`)."""
+    d = _diagnose(_new_torch(1580, 1579))
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "investigate")
+    assert "first ten thousand collectives" in d.action.reason
+
+
+def test_a_low_seqnum_after_training_is_a_rarely_used_group_and_retries() -> None:
+    """A SeqNum counts one group's collectives: a group used now and then is still low after hours."""
+    steps = [f" iteration {i:8d}/  500000 | consumed samples: {512 * i:12d} | elapsed time per iteration (ms): "
+             f"1234.5 | learning rate: 1.500E-04 | lm loss: 2.345678E+00 | loss scale: 1.0 | grad norm: 0.8 |"
+             for i in range(1000, 1100)]
+    d = _diagnose(steps + _new_torch(1580, 1579))
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "retry")
