@@ -25,7 +25,9 @@ from app.core.compressed import (
     Partial, Template,
     build_log, decode_line,
 )
-from app.core.fields import DIGITS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, is_prefix_only, rank_match
+from app.core.fields import (
+    DIGITS, PLACEHOLDER_HOSTS, SHAPE_DELETE_STR, extract_rank, fold_key, host_match, is_prefix_only, rank_match,
+)
 from app.core.ingest import CUT_MARK, LINE_CAP, IngestReport
 from app.core.chunkview import ChunkView
 from app.core.keptshapes import DigitSensitivity, field_values
@@ -535,7 +537,10 @@ class Compressor:
         groups = best.groups
         if "rank" in groups and groups["rank"].isdigit():
             rank = int(groups["rank"])
-        host = groups.get("host") or host
+        named = groups.get("host")
+        # a placeholder a program prints for a host name it could not tell (`host_unknown`) names
+        # nothing: the line's launcher or Ray prefix still does
+        host = named if named and named.lower() not in PLACEHOLDER_HOSTS else host
         chained = False
         if rank in self._chain_pending and best.rule.spec.role.value == "cause":
             chained = True

@@ -47,6 +47,11 @@ _MPICH_ABORT_RE = regexcache.compile(
     r"\[(?P<host>" + _PROMPT_HOST + r")\]")
 # the same, with the host as group 1 like every host pattern
 _MPICH_HOST_RE = regexcache.compile(_MPICH_ABORT_RE.pattern.replace("(?P<rank>", "(?:").replace("(?P<host>", "("))
+# what a program prints where it could not tell its host name (rdma-core's mlx5 provider prints
+# `host_unknown`): no host to name; the line's other hosts (a Ray `ip=` prefix) still are
+PLACEHOLDER_HOSTS = frozenset({"host_unknown", "unknown", "localhost", "none", "(none)", "n/a"})
+
+
 # what a launcher puts before a line's own text: a host label (pdsh, DeepSpeed's runner, srun's
 # task id `0: `) and tags (`[rank3]:`, `[default3]:`, mpirun's `[1,4]<stdout>:`)
 _LAUNCHER_PREFIX_RE = regexcache.compile(

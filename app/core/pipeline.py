@@ -24,7 +24,7 @@ from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import Ranking, rank_events
 from app.core.rules import RuleSet, load_rules
 from app.core.secrets import redact_obj
-from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, Versions
+from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, Versions, family_of
 
 Source = str | Path | BinaryIO
 
@@ -44,6 +44,8 @@ PRECEDING_LINES = 200
 # holds the others up, so that step printed shortly before the timeout, with no training step in
 # between; a checkpoint saved hundreds of steps earlier is history, not a cause.
 PRECEDING_WINDOW = 500
+# error families whose root cause has a place: its hosts are named whatever its category
+PLACED_FAMILIES = frozenset({"gpu", "network", "node"})
 
 
 def _preceding(log: CompressedLog, ev: ErrorEvent | None) -> tuple[str, ...]:
@@ -144,9 +146,13 @@ class Pipeline:
             ranks = sorted({o.rank for o in ev.occurrences if o.rank is not None})
         elif decision.policy_id == "nccl-timeout-silent-rank":
             ranks = silent_ranks(ctx)
-        if ev is not None and ablation.enabled("hosts") and root.category is Category.INFRASTRUCTURE:
+        if ev is not None and ablation.enabled("hosts") and (
+                root.category is Category.INFRASTRUCTURE or family_of(root.error_type.value) in PLACED_FAMILIES):
             # where an infrastructure fault lies, most likely first, whatever the action: only an
             # isolate drains (after the probe), a retry's hosts count towards repeat offenders
+            # (infrastructure only, app/controller/recovery.py); a GPU, network or node error of
+            # another class (a CUDA set-up error, an RDMA registration refused) is still seen on a
+            # host the engineer looks at first
             isolate = decision.kind is ActionKind.ISOLATE_AND_RESTART
             hosts = ranked_suspect_hosts(ev, printers=None if isolate else 2)
             if not hosts:  # "remote process exited or network error": the IB error beside it names the peer

@@ -25,7 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from app.core import regexcache
-from app.core.fields import MPICH_ABORT, located_hosts, mpich_abort, prompt_host, split_launcher_prefix
+from app.core.fields import (
+    MPICH_ABORT, PLACEHOLDER_HOSTS, located_hosts, mpich_abort, prompt_host, split_launcher_prefix,
+)
 from app.core.types import Action, ActionKind
 
 try:  # memmem without the GIL (app/core/_shapescan.c); bytes.find is the fallback
@@ -182,14 +184,15 @@ def ranked_suspect_hosts(ev, *, printers: int | None = None) -> list[str]:
     many printed it: an error every host printed (a collective timeout) points at none of them."""
     out: list[str] = []
     for occ in ev.occurrences:
-        out += [h for h in located_hosts(occ.text) if h not in out]
-    printed = [o.host for o in ev.occurrences if o.host]
-    if printers is not None and len(set(printed) | set(ev.hosts)) > printers:
+        out += [h for h in located_hosts(occ.text) if h not in out and h.lower() not in PLACEHOLDER_HOSTS]
+    printed = [o.host for o in ev.occurrences if o.host and o.host.lower() not in PLACEHOLDER_HOSTS]
+    known = [h for h in ev.hosts if h.lower() not in PLACEHOLDER_HOSTS]
+    if printers is not None and len(set(printed) | set(known)) > printers:
         return out
     for host in printed:
         if host not in out:
             out.append(host)
-    return out + sorted(h for h in ev.hosts if h not in out)
+    return out + sorted(h for h in known if h not in out)
 
 
 def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None,

@@ -85,6 +85,26 @@ def test_transport_error_names_its_peer_first_whatever_the_action() -> None:
     assert d.action.suspect_hosts[:2] == ["10.226.98.98", "node-a"]
 
 
+def test_a_gpu_error_of_another_class_still_names_where_it_was_seen() -> None:
+    """A CUDA argument error from NCCL's own calls is investigated, not an infrastructure fault,
+    but the host that printed it is where the engineer looks first."""
+    lines = TRAIN + ["gpu-07:3070:3090 [0] include/shm.h:42 NCCL WARN Cuda failure 'invalid argument'",
+                     "[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+                     "unhandled cuda error"]
+    d = _diagnose("\n".join(lines) + "\n").diagnosis
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("CUDAError", "investigate")
+    assert d.root_cause.category.value != "infrastructure" and d.action.suspect_hosts == ["gpu-07"]
+
+
+def test_a_placeholder_host_name_falls_back_to_the_rays_prefix() -> None:
+    """rdma-core's mlx5 provider prints `host_unknown` when it cannot tell its host name."""
+    lines = TRAIN + ["(LLMRayActor pid=90738, ip=172.19.24.110) mlx5: host_unknown: got completion with error:",
+                     "(LLMRayActor pid=90738, ip=172.19.24.110) 00000000 00000000 00000000 00000000"]
+    d = _diagnose("\n".join(lines) + "\n").diagnosis
+    assert d.root_cause.error_type.value == "NetworkError"
+    assert d.action.suspect_hosts == ["172.19.24.110"]
+
+
 def test_script_error_names_no_suspect_host() -> None:
     lines = TRAIN + ["node-a: Traceback (most recent call last):",
                      'node-a:   File "train.py", line 10, in <module>',
