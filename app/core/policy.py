@@ -79,6 +79,7 @@ def _first_collective(ctx: PolicyContext) -> bool:
 _RENDEZVOUS = regex.compile(
     r"(?i)client socket has (?:timed out|failed to connect)|connect\(\) timed out|"
     r"RendezvousConnectionError|connection to the C10d store has failed|"
+    r"ssh: connect to host|ssh: Could not resolve hostname|was not reachable via ssh|"
     r"(?:RuntimeError|DistNetworkError): (?:Connection (?:reset by peer|refused|timed out)|No route to host)")
 
 

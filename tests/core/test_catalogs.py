@@ -17,7 +17,7 @@ from app.core.types import ActionKind, ErrorType
 
 RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
 
-CATALOG_FILES = {"catalog_nccl.yaml", "catalog_cuda.yaml", "nodeloss.yaml", "objectstore.yaml", "sharedfs.yaml", "catalog_pip.yaml"}
+CATALOG_FILES = {"catalog_nccl.yaml", "catalog_cuda.yaml", "nodeloss.yaml", "objectstore.yaml", "sharedfs.yaml", "catalog_pip.yaml", "catalog_ssh.yaml"}
 
 CATALOG_DIAG = """\
 kind: diagnosis
