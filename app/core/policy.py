@@ -83,12 +83,30 @@ _RENDEZVOUS = regex.compile(
     r"(?:RuntimeError|DistNetworkError): (?:Connection (?:reset by peer|refused|timed out)|No route to host)")
 
 
+# the job's collective set-up, as a traceback's frames or NCCL's return-code trace show it: DDP's
+# constructor (its first broadcast of the parameters), init_process_group, ncclCommInitRank, and
+# NCCL's `init.cc:N -> R` (an error returned through the communicator's initialisation)
+_SETUP = regex.compile(
+    r"distributed\.py\", line \d+, in (?:__init__|_sync_(?:module_states|params_and_buffers)|"
+    r"_verify_param_shape_across_processes|_distributed_broadcast_coalesced)\b|in init_process_group\b|"
+    r"\bncclCommInitRank(?:Config)?\b|\binit\.cc:\d+ -> \d")
+
+
 def _never_connected(ctx: PolicyContext) -> bool:
-    """The job's processes never met: the root cause is a failure to reach the rendezvous endpoint
-    (the master's c10d store, the elastic rendezvous) and the log shows no training before it. A
-    wrong address or port, a blocked port, the wrong interface of a multi-NIC host: a restart
-    fails the same way. A store connection lost after training ran is not this."""
-    return not ctx.trained_before and any(_RENDEZVOUS.search(line) for line in ctx.root_lines)
+    """The job's processes never met, and the log shows no training before the failure: the root
+    cause is a failure to reach the rendezvous endpoint (the master's c10d store, the elastic
+    rendezvous, a node over the launcher's ssh), or an NCCL system error raised while the
+    collectives were being set up (DDP's first broadcast, init_process_group, NCCL's communicator
+    init). A wrong address or port, a blocked port, the wrong interface of a multi-NIC host: a
+    restart fails the same way. A connection lost after training ran is not this."""
+    if ctx.trained_before:
+        return False
+    if any(_RENDEZVOUS.search(line) for line in ctx.root_lines):
+        return True
+    # (an NCCL system error there; a rendezvous that timed out waiting for a node that came late
+    # also fails inside init_process_group, but its endpoint answered)
+    return ctx.error_type is ErrorType.NCCLRemoteError and any(
+        _SETUP.search(line) for line in (*ctx.preceding, *ctx.root_lines))
 
 
 # A process group runs some tens of collectives per training step: ten thousand is minutes of

@@ -56,3 +56,25 @@ def test_a_socket_message_inside_a_longer_runtime_error_is_not_a_network_error(p
     d = _diagnose(pipe, ["Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
                          "RuntimeError: Connection reset by peer is not a valid value for --mode"])
     assert d.root_cause.error_type != "NetworkError"
+
+
+DDP_INIT = ["Traceback (most recent call last):",
+            '  File "train.py", line 88, in <module>',
+            "    model = nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])",
+            '  File "/usr/lib/python3/dist-packages/torch/nn/parallel/distributed.py", line 496, in __init__',
+            "    dist._verify_model_across_ranks(self.process_group, parameters)",
+            "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, "
+            "NCCL version 2.7.8"]
+
+
+def test_an_nccl_system_error_while_the_collectives_are_set_up_investigates(pipe):
+    d = _diagnose(pipe, DDP_INIT)
+    assert (d.root_cause.error_type, d.action.kind) == ("NCCLRemoteError", "investigate"), d.action.reason
+    assert "being set up" in d.action.reason
+
+
+def test_an_nccl_system_error_with_no_context_or_after_training_retries(pipe):
+    bare = ["RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, "
+            "NCCL version 2.7.8", "ncclSystemError: System call (socket, malloc, munmap, etc) failed."]
+    assert _diagnose(pipe, bare).action.kind == "retry"
+    assert _diagnose(pipe, STEPS + DDP_INIT).action.kind == "retry"
