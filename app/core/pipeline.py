@@ -7,7 +7,7 @@ else, so one instance can serve many diagnoses (it is not tied to a log).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import EllipsisType
 from typing import BinaryIO
@@ -21,10 +21,10 @@ from app.core.ingest import Limits
 from app.core.onset import refine_onset
 from app.core.placement import JobPlacement, name_hosts, ranked_suspect_hosts, session_host
 from app.core.policy import PolicyContext, decide, silent_ranks
-from app.core.rank import Ranking, rank_events
+from app.core.rank import Ranking, rank_events, stalled_root
 from app.core.rules import RuleSet, load_rules
 from app.core.secrets import redact_obj
-from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, Versions, family_of
+from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, ErrorType, Versions, family_of
 
 Source = str | Path | BinaryIO
 
@@ -112,6 +112,10 @@ class Pipeline:
         if source is not None and refine_onset(source, self.ruleset, ranking.root_event, log.signal_shapes):
             events.sort(key=lambda e: e.first_line)
             ranking = rank_events(events, log, harmless=harmless)
+        if (job is not None and job.stopped and ranking.root_event is None and (p := log.last_progress) is not None
+                and ranking.root.error_type is ErrorType.Unknown and log.stats.lines_in <= p.line):
+            # the log ends on a training step and the scheduler says the job stopped unfinished
+            ranking = replace(ranking, root=stalled_root(p, job.stopped))
         action = self.decide_action(ranking, log, job=job, events=events)
         diagnosis = Diagnosis(
             root_cause=ranking.root, co_occurring=ranking.co_occurring, action=action,

@@ -57,6 +57,10 @@ class JobPlacement:
 
     hosts: tuple[str, ...] = ()
     gpu_count: int | None = None
+    # how the attempt stopped without finishing, as the scheduler reported it ("ended timeout",
+    # "ended with exit 1:0"), None while running or when it finished: a log that ends on a
+    # training step is then a Hang at that step (rank.stalled_root)
+    stopped: str | None = None
 
     def host_of(self, rank: int) -> str | None:
         if len(self.hosts) == 1:

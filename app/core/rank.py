@@ -26,7 +26,7 @@ from app.core import regexcache
 from app.core.compressed import BINARY_TEXT, CompressedLog
 from app.core.events import ErrorEvent
 from app.core.types import (
-    ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Role, RootCause,
+    ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Progress, Role, RootCause,
 )
 
 _ROLE_ORDER = {Role.CAUSE: 2, Role.WRAPPER: 1, Role.SYMPTOM: 0}
@@ -326,19 +326,23 @@ def ends_on_progress(diagnosis: Diagnosis) -> bool:
             and diagnosis.compression.lines_in <= p.line)
 
 
-def stopped_on_progress(diagnosis: Diagnosis, why: str) -> Diagnosis:
-    """The diagnosis of a log that ends on a training step, for a job known to have stopped without
-    finishing (`why`: the scheduler's time limit or failure, the live watch's stall clock): a Hang
-    at that step. Any other diagnosis is returned as it is."""
-    if not ends_on_progress(diagnosis):
-        return diagnosis
-    p = diagnosis.last_progress
-    assert p is not None
-    rc = RootCause(
+def stalled_root(p: Progress, why: str) -> RootCause:
+    """The root cause of a log that ends on the training step `p`, for a job known to have stopped
+    without finishing (`why`): a Hang at that step."""
+    return RootCause(
         error_type=ErrorType.Hang, category=Category.FRAMEWORK, confidence=0.6,
         evidence=[Evidence(line=p.line, text=(p.text or "")[:2000])],
         explanation=(f"No error in the log; it ends on the last progress marker (line {p.line}"
                      + (f", step {p.step}" if p.step is not None else "")
                      + f") and the job stopped without finishing ({why}): it stopped making progress "
                      "without an error."))
-    return replace(diagnosis, root_cause=rc)
+
+
+def stopped_on_progress(diagnosis: Diagnosis, why: str) -> Diagnosis:
+    """The diagnosis of a log that ends on a training step, for a job known to have stopped without
+    finishing (`why`: the scheduler's time limit or failure, the live watch's stall clock): a Hang
+    at that step. Any other diagnosis is returned as it is."""
+    if not ends_on_progress(diagnosis):
+        return diagnosis
+    assert diagnosis.last_progress is not None
+    return replace(diagnosis, root_cause=stalled_root(diagnosis.last_progress, why))

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.core.secrets import redact, redact_obj
 from app.core.fingerprint import fingerprint
+from app.controller.recovery import JobEnd
 from app.core.types import Diagnosis
 from app.db.base import utcnow
 from app.db.lookup import get_or_404
@@ -35,6 +36,7 @@ class Claim:
     log_bytes: int
     hosts: tuple[str, ...] = ()  # the job's registered hosts and GPU count: rank -> host
     gpu_count: int | None = None
+    stopped: str | None = None  # how the attempt stopped unfinished (JobPlacement.stopped)
 
 
 def request_diagnosis(*, session: Session, job_id: int, attempt: int | None = None) -> DiagnosisRow:
@@ -101,7 +103,20 @@ def claim_diagnosis(*, session: Session, diagnosis_id: int, max_attempts: int | 
     row.started_at = utcnow()
     log = session.get(JobLog, row.job_log_id)
     job = session.get(Job, row.job_id)
-    return Claim(row.id, log.id, log.blob_sha256, row.log_bytes, tuple(job.host_names), job.gpu_count or None)
+    attempt = session.get(Attempt, row.attempt_id) if row.attempt_id else None
+    return Claim(row.id, log.id, log.blob_sha256, row.log_bytes, tuple(job.host_names), job.gpu_count or None,
+                 stopped=_stopped_unfinished(attempt))
+
+
+def _stopped_unfinished(attempt: Attempt | None) -> str | None:
+    """How the attempt ended when the scheduler reported a failure (a failed state or a non-zero
+    exit), said as the diagnosis's Hang explains it; None while it runs or when it finished."""
+    if attempt is None:
+        return None
+    end = JobEnd(state=(attempt.state or "").lower() or None, exit_code=attempt.exit_code)
+    if end.running or not end.failed:
+        return None
+    return f"ended {end.state}" if end.state else f"ended with exit {end.exit_code}"
 
 
 def _set_effective_cause(session: Session, row: DiagnosisRow) -> None:

@@ -61,7 +61,7 @@ class DiagnosisWorker:
         path = self.log_path(claim.blob_sha256, claim.job_log_id)
         started = time.perf_counter()
         try:
-            job = JobPlacement(claim.hosts, claim.gpu_count)
+            job = JobPlacement(claim.hosts, claim.gpu_count, stopped=claim.stopped)
             output = await self.executor.run(path, claim.log_bytes, diagnosis_id=diagnosis_id, job=job)
         except Exception as exc:  # noqa: BLE001 - recorded on the row, never lost
             log.exception("diagnosis %s crashed", diagnosis_id)

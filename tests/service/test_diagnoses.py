@@ -164,3 +164,18 @@ def test_isolate_names_the_host_from_the_registered_job(client, sched):
     one_shot = client.post("/v1/diagnose", content=log, headers=sched).json()["action"]
     assert (one_shot["kind"], one_shot["suspect_hosts"]) == ("isolate_and_restart", [])
     assert "No host can be named" in one_shot["reason"] and "probe the job's nodes" in one_shot["reason"]
+
+
+def test_a_log_that_ends_on_a_step_is_a_hang_only_for_a_job_that_stopped_unfinished(client, sched):
+    """The log alone shows training going on to its last line; the scheduler's end state says
+    whether the job then stopped (a time limit, a failure) or is still running / finished."""
+    steps = "".join(f" iteration {i:8d}/  500000 | consumed samples: {512 * i:12d} | elapsed time per iteration "
+                    f"(ms): 1234.5 | learning rate: 1.500E-04 | lm loss: 2.345678E+00 |\n" for i in range(1, 200))
+    got = {}
+    for ext, state in (("to-1", "timeout"), ("run-1", "running"), ("done-1", "completed")):
+        job = new_job(client, sched, external_id=ext, state=state)["id"]
+        assert client.put(f"/v1/jobs/{job}/log", content=steps.encode(), headers=sched).status_code == 201
+        got[state] = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()["diagnosis"]["root_cause"]
+    assert got["timeout"]["error_type"] == "Hang" and "ended timeout" in got["timeout"]["explanation"]
+    assert got["timeout"]["evidence"][0]["line"] == 199
+    assert got["running"]["error_type"] == got["completed"]["error_type"] == "Unknown"
