@@ -63,3 +63,13 @@ def test_a_low_seqnum_after_training_is_a_rarely_used_group_and_retries() -> Non
              for i in range(1000, 1100)]
     d = _diagnose(steps + _new_torch(1580, 1579))
     assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "retry")
+
+
+def test_the_proxy_closing_after_a_rank_aborted_does_not_outrank_the_timeout() -> None:
+    """`Connection closed by localRank N` is NCCL's service thread seeing rank N's process go down
+    (after its watchdog aborted it): the timeout stays the root cause."""
+    lines = _new_torch(1, -1)[:2] + [
+        "pod-a:211:231 [1] NCCL INFO [Service thread] Connection closed by localRank 1",
+        "pod-a:211:224 [0] NCCL INFO comm 0x55763901fad0 rank 1 nranks 2 cudaDev 1 busId 1a000 - Abort COMPLETE"]
+    d = _diagnose(lines)
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "investigate")
