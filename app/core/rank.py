@@ -114,12 +114,14 @@ def mark_peer_consequences(events: list[ErrorEvent]) -> None:
     IB retry-exceeded, socket resets or NCCL system errors, often with a higher rule priority
     than the death itself. Such a network event is a symptom when a process-fatal cause on other
     (or unknown) ranks came shortly before it, unless its rule names it a local hardware fault
-    (isolate_and_restart, e.g. an IB port error on this node)."""
+    (isolate_and_restart, e.g. an IB port error on this node) or a set-up error no peer's death
+    causes (no_retry: no usable interface, an RDMA registration refused; NCCL prints it under
+    `Last error:` of the generic error it explains)."""
     fatal = [e for e in events if effective_role(e) is Role.CAUSE and e.error_type not in _PEER_VISIBLE
              and (e.error_type in _PROCESS_FATAL or e.category in (Category.FRAMEWORK, Category.SCRIPT))]
     for ev in events:
         if ev.error_type not in _PEER_VISIBLE or effective_role(ev) is not Role.CAUSE \
-                or ev.action is ActionKind.ISOLATE_AND_RESTART:
+                or ev.action in (ActionKind.ISOLATE_AND_RESTART, ActionKind.NO_RETRY):
             continue
         ev.peer_consequence = any(
             f.first_line < ev.first_line <= f.first_line + PEER_WINDOW_LINES

@@ -147,3 +147,13 @@ def test_a_symptom_with_no_host_takes_the_peer_its_neighbour_names() -> None:
     ]
     d = _diagnose("\n".join(lines) + "\n").diagnosis
     assert d.action.suspect_hosts[:1] == ["10.0.1.23"]
+
+
+def test_a_set_up_error_under_nccls_last_error_is_the_cause_not_a_peers_consequence() -> None:
+    """NCCL prints the specific reason of a generic error under `Last error:`; a set-up error there
+    (no usable interface) is not something a peer's death causes."""
+    lines = ["RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:2897, invalid usage (run with NCCL_DEBUG=WARN for "
+             "details), NCCL version 2.27.3", "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+             "Last error:", "Bootstrap : no socket interface found"]
+    d = _diagnose("\n".join(lines) + "\n").diagnosis
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NetworkError", "no_retry")
