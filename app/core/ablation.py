@@ -6,7 +6,10 @@ mechanism contributes. Never set in production: every mechanism is on by default
 
 Known names: `exceptions` (traceback structure and the exception table), `signals`
 (format-free non-finite values and step counters), `catalogs` (emitter-catalog rules),
-`hosts` (suspect-host extraction beyond the failing line).
+`hosts` (suspect-host extraction beyond the failing line), `stall` (a hang read only when the
+stall shows in the log: off, a log that ends on a filter rule's step line is a Hang as before),
+`timing` (the policy conditions that read when a failure happened: `first_collective`,
+`early_collective`, `never_connected` are then never true).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import regex
 
+from app.core import ablation
 from app.core.types import ActionKind, Category, ErrorType
 
 
@@ -141,6 +142,10 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
 }
 
 
+# the conditions that read when the failure happened (LOGDX_ABLATE=timing turns them off)
+TIMING = frozenset({"first_collective", "early_collective", "never_connected"})
+
+
 @functools.lru_cache(maxsize=64)
 def _compiled(pattern: str) -> regex.Pattern:
     return regex.compile(pattern)
@@ -169,6 +174,6 @@ def decide(ctx: PolicyContext, policies: list) -> Decision:
             continue
         if policy.preceded_by is not None and not _any_line(policy.preceded_by, ctx.preceding):
             continue
-        if all(CONDITIONS[c](ctx) for c in policy.when):
+        if all(CONDITIONS[c](ctx) and (c not in TIMING or ablation.enabled("timing")) for c in policy.when):
             return Decision(policy.action, policy.reason, policy.id)
     return Decision(ActionKind.INVESTIGATE, "no policy covers this error type", "fallback")

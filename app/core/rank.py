@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import regex
 
-from app.core import regexcache
+from app.core import ablation, regexcache
 from app.core.compressed import BINARY_TEXT, CompressedLog
 from app.core.events import ErrorEvent
 from app.core.types import (
@@ -284,7 +284,8 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
             f"training finished normally (line {done.line}: {(done.text or '').strip()[:200]}) and no error "
             "follows. If the job did not exit after this, it hung in shutdown (take stack dumps).",
             [Evidence(line=done.line, text=(done.text or "")[:2000])])
-    if log.last_progress is not None and log.stats.lines_in <= log.last_progress.line:
+    if log.last_progress is not None and log.stats.lines_in <= log.last_progress.line and (
+            log.inferred_progress or ablation.enabled("stall")):
         # a stall must show in the log: output after the last step that never advances (a stall
         # warning, a phase that began and never ended, hours of other lines). A log that ends on a
         # step line shows training going on; whether it then stopped is not in the log but in the

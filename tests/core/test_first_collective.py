@@ -73,3 +73,23 @@ def test_the_proxy_closing_after_a_rank_aborted_does_not_outrank_the_timeout() -
         "pod-a:211:224 [0] NCCL INFO comm 0x55763901fad0 rank 1 nranks 2 cudaDev 1 busId 1a000 - Abort COMPLETE"]
     d = _diagnose(lines)
     assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "investigate")
+
+
+@pytest.mark.parametrize("name", ["timing", "stall"])
+def test_the_new_mechanisms_can_be_switched_off_for_ablation(monkeypatch, name) -> None:
+    from app.core import ablation
+
+    steps = [f" iteration {i:8d}/  500000 | consumed samples: {512 * i:12d} | elapsed time per iteration (ms): "
+             "1234.5 | learning rate: 1.500E-04 | lm loss: 2.345678E+00 |" for i in range(1, 50)]
+    monkeypatch.setenv("LOGDX_ABLATE", name)
+    ablation._off.cache_clear()
+    try:
+        if name == "timing":  # the first collective's timeout is retried as any other
+            assert _diagnose(_new_torch(1, -1)).action.kind.value == "retry"
+        else:  # a log that ends on a filter rule's step line is a Hang, as before the stall rule
+            assert _diagnose(steps).root_cause.error_type.value == "Hang"
+    finally:
+        monkeypatch.delenv("LOGDX_ABLATE")
+        ablation._off.cache_clear()
+    assert _diagnose(_new_torch(1, -1)).action.kind.value == "investigate"
+    assert _diagnose(steps).root_cause.error_type.value == "Unknown"
