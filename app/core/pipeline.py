@@ -21,10 +21,10 @@ from app.core.ingest import Limits
 from app.core.onset import refine_onset
 from app.core.placement import JobPlacement, name_hosts, ranked_suspect_hosts, session_host
 from app.core.policy import PolicyContext, decide, silent_ranks
-from app.core.rank import Ranking, rank_events, stalled_root
+from app.core.rank import ENDS_ON_STEP, Ranking, rank_events, stalled_root
 from app.core.rules import RuleSet, load_rules
 from app.core.secrets import redact_obj
-from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, ErrorType, Versions, family_of
+from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, Versions, family_of
 
 Source = str | Path | BinaryIO
 
@@ -113,7 +113,7 @@ class Pipeline:
             events.sort(key=lambda e: e.first_line)
             ranking = rank_events(events, log, harmless=harmless)
         if (job is not None and job.stopped and ranking.root_event is None and (p := log.last_progress) is not None
-                and ranking.root.error_type is ErrorType.Unknown and log.stats.lines_in <= p.line):
+                and ranking.root.rule_id == ENDS_ON_STEP):
             # the log ends on a training step and the scheduler says the job stopped unfinished
             ranking = replace(ranking, root=stalled_root(p, job.stopped))
         action = self.decide_action(ranking, log, job=job, events=events)

@@ -252,12 +252,17 @@ def _stalled_after_recovered(events: list[ErrorEvent], log: CompressedLog,
 NO_FAILURE_CONFIDENCE = 0.2
 
 
-def _no_failure(why: str, evidence: list[Evidence]) -> Ranking:
+# the pseudo rule id of "no failure found: training progressed up to the log's last line" (like
+# `metrics.nan-loss`, it names how the answer was reached): how the job ended decides the rest
+ENDS_ON_STEP = "progress.ends-on-step"
+
+
+def _no_failure(why: str, evidence: list[Evidence], rule_id: str | None = None) -> Ranking:
     """A run the log does not show failing: not a diagnosis of a fault, so no failure type and a
     low confidence; the action falls to `investigate` (look outside the log if the job did fail)."""
     rc = RootCause(
         error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=NO_FAILURE_CONFIDENCE,
-        evidence=evidence, explanation=f"no failure found: {why}")
+        evidence=evidence, explanation=f"no failure found: {why}", rule_id=rule_id)
     return Ranking(rc, None, [], only_symptoms=False)
 
 
@@ -284,7 +289,7 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
             f"training finished normally (line {done.line}: {(done.text or '').strip()[:200]}) and no error "
             "follows. If the job did not exit after this, it hung in shutdown (take stack dumps).",
             [Evidence(line=done.line, text=(done.text or "")[:2000])])
-    if log.last_progress is not None and log.stats.lines_in <= log.last_progress.line and (
+    if log.last_progress is not None and _last_output_line(log) <= log.last_progress.line and (
             log.inferred_progress or ablation.enabled("stall")):
         # a stall must show in the log: output after the last step that never advances (a stall
         # warning, a phase that began and never ended, hours of other lines). A log that ends on a
@@ -296,7 +301,7 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
             f"training progressed up to the log's last line ({p.line}"
             + (f", step {p.step}" if p.step is not None else "")
             + ") and nothing after it shows a stall. If the job was stopped for making no progress, "
-            "take stack dumps.", [Evidence(line=p.line, text=(p.text or "")[:2000])])
+            "take stack dumps.", [Evidence(line=p.line, text=(p.text or "")[:2000])], rule_id=ENDS_ON_STEP)
     if log.last_progress is not None:
         p = log.last_progress
         rc = RootCause(
@@ -321,12 +326,17 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
     return Ranking(rc, None, [], only_symptoms=False)
 
 
+def _last_output_line(log: CompressedLog) -> int:
+    """The log's last line with text (blank lines and whitespace after the last step are no output)."""
+    kept = [t.last_line for t in log.templates if t.text != BINARY_TEXT and t.last_line_text.strip()]
+    return max(kept, default=0)
+
+
 def ends_on_progress(diagnosis: Diagnosis) -> bool:
     """The log shows no failure and ends on a training step: whether the run then stalled is not in
     the log but in how the job ended (`stopped_on_progress`)."""
-    p = diagnosis.last_progress
-    return (diagnosis.root_cause.error_type is ErrorType.Unknown and p is not None
-            and diagnosis.compression.lines_in <= p.line)
+    return (diagnosis.root_cause.error_type is ErrorType.Unknown and diagnosis.last_progress is not None
+            and diagnosis.root_cause.rule_id == ENDS_ON_STEP)
 
 
 def stalled_root(p: Progress, why: str) -> RootCause:

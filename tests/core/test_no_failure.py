@@ -80,6 +80,8 @@ def test_a_log_that_ends_on_a_step_is_a_hang_only_for_a_job_that_stopped(pipe):
     hung = stopped_on_progress(d, "ended timeout")
     assert hung.root_cause.error_type == "Hang" and hung.root_cause.evidence[0].line == d.last_progress.line
     assert "ended timeout" in hung.root_cause.explanation
+    # blank lines after the last step are no output
+    assert run(pipe, "\n".join(hf_steps(40)) + "\n\n   \n\n").root_cause.error_type == "Unknown"
     # a phase that began after the last step and never ended shows the stall in the log itself
     d = run(pipe, "\n".join(hf_steps(40) + ["Saving model checkpoint to out/checkpoint-40"]) + "\n")
     assert d.root_cause.error_type == "Hang" and not ends_on_progress(d)
