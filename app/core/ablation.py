@@ -9,7 +9,8 @@ Known names: `exceptions` (traceback structure and the exception table), `signal
 `hosts` (suspect-host extraction beyond the failing line), `stall` (a hang read only when the
 stall shows in the log: off, a log that ends on a filter rule's step line is a Hang as before),
 `timing` (the policy conditions that read when a failure happened: `first_collective`,
-`early_collective`, `never_connected` are then never true).
+`early_collective`, `never_connected` are then never true), `collectives` (the policy conditions
+that read the timed-out collectives' shape: `scalar_collective`, `mismatched_collectives`).
 """
 
 from __future__ import annotations

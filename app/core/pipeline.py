@@ -116,7 +116,12 @@ class Pipeline:
                 and ranking.root.rule_id == ENDS_ON_STEP):
             # the log ends on a training step and the scheduler says the job stopped unfinished
             ranking = replace(ranking, root=stalled_root(p, job.stopped))
-        action = self.decide_action(ranking, log, job=job, events=events)
+        frames: list[str] = []
+        if exceptions is not None and ranking.root_event is not None:
+            for o in ranking.root_event.occurrences[:50]:
+                if (rec := exceptions.by_line.get(o.line)) is not None:
+                    frames += [f for f in rec.frames if f not in frames]
+        action = self.decide_action(ranking, log, job=job, events=events, frames=tuple(frames))
         diagnosis = Diagnosis(
             root_cause=ranking.root, co_occurring=ranking.co_occurring, action=action,
             decided_by=DecidedBy.RULES, compression=log.stats, last_progress=log.last_progress,
@@ -127,7 +132,8 @@ class Pipeline:
         return DiagnosisResult(diagnosis, log, events, ranking, job)
 
     def decide_action(self, ranking: Ranking, log: CompressedLog, *, job: JobPlacement | None = None,
-                      events: list[ErrorEvent] | None = None) -> Action:
+                      events: list[ErrorEvent] | None = None, frames: tuple[str, ...] = ()) -> Action:
+        """`frames`: the traceback frames above the root cause's exception lines (`path:function`)."""
         root, ev = ranking.root, ranking.root_event
         ctx = PolicyContext(
             error_type=root.error_type, category=root.category, confidence=root.confidence,
@@ -140,7 +146,8 @@ class Pipeline:
             root_lines=tuple(o.text for o in ev.occurrences[:50]) if ev else (),
             trained_before=ev is not None and (
                 any(p.line < ev.first_line for p in log.recent_progress)
-                or any(m.line < ev.first_line for m in log.metrics[:1])))
+                or any(m.line < ev.first_line for m in log.metrics[:1])),
+            root_frames=frames)
         decision = decide(ctx, self.ruleset.policies)
         hosts: list[str] = []
         ranks: list[int] = []

@@ -35,6 +35,8 @@ class PolicyContext:
     root_lines: tuple[str, ...] = ()
     # the log shows training progress (a step or metrics line) before the root cause
     trained_before: bool = False
+    # `path:function` of the traceback frames printed above the root cause's exception lines
+    root_frames: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
 
@@ -71,6 +73,44 @@ def _first_collective(ctx: PolicyContext) -> bool:
     return bool(seqs) and max(seqs) <= FIRST_COLLECTIVES
 
 
+# torch's WorkNCCL names each timed-out collective: its kind and, from torch 2.2, its size
+# (`WorkNCCL(SeqNum=5727, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000)`), and
+# torch 2.3+ its process group (`[PG ID 0 PG GUID 0(default_pg) Rank 5]`, `[PG 0 Rank 6]`)
+_WORK = regex.compile(r"\bWorkNCCL\(SeqNum=\d+, OpType=(\w+)(?:, NumelIn=(\d+))?")
+_PG = regex.compile(r"\[PG (?:ID )?(\d+)\b")
+# a flag or a metric (a loss average, a stop signal, a best-loss comparison, a barrier's token)
+SCALAR_NUMEL = 4
+
+
+def _scalar_collective(ctx: PolicyContext) -> bool:
+    """Every timed-out collective the root cause sizes carries at most SCALAR_NUMEL elements. A
+    gradient or parameter collective carries millions; a collective of one element is where the
+    job's own control flow brings the ranks together (averaging a loss, agreeing to stop, saving
+    the best model). A timeout there means some ranks were still in the job's own step (saving,
+    evaluating, tokenizing) or had run out of data before the others: a restart reaches the same
+    point and waits the same way."""
+    sizes = [int(m.group(2)) for line in ctx.root_lines for m in _WORK.finditer(line) if m.group(2)]
+    return bool(sizes) and max(sizes) <= SCALAR_NUMEL
+
+
+def _collective_kind(op: str) -> str:
+    # ALLGATHER and _ALLGATHER_BASE (or a COALESCED form) are the same NCCL collective
+    return op.strip("_").removesuffix("_BASE").removesuffix("_COALESCED").replace("_", "")
+
+
+def _mismatched_collectives(ctx: PolicyContext) -> bool:
+    """Ranks of one process group time out in collectives of different kinds (one in a BROADCAST,
+    another in an ALLGATHER): they are not in the same collective, so the job's processes took
+    different code paths (a desync: a rank skipped or added a collective). The job's own fault;
+    a restart repeats it."""
+    kinds: dict[str, set[str]] = {}
+    for line in ctx.root_lines:
+        pg = m.group(1) if (m := _PG.search(line)) else "?"
+        for w in _WORK.finditer(line):
+            kinds.setdefault(pg, set()).add(_collective_kind(w.group(1)))
+    return any(len(k) > 1 for k in kinds.values())
+
+
 # a client that could not reach the job's rendezvous endpoint: torch's c10d TCPStore / socket
 # (`The client socket has timed out ... trying to connect to`, `failed to connect to`,
 # `connect() timed out`, a socket call's strerror), the elastic agent's RendezvousConnectionError.
@@ -92,6 +132,16 @@ _SETUP = regex.compile(
     r"_verify_param_shape_across_processes|_distributed_broadcast_coalesced)\b|in init_process_group\b|"
     r"\bncclCommInitRank(?:Config)?\b|\binit\.cc:\d+ -> \d")
 
+# a Python collective call in the traceback (torch's distributed_c10d, Paddle's collective, Horovod's
+# and DeepSpeed's comm wrappers). NCCL reports a failure of a running collective asynchronously
+# (torch's watchdog, an async error check), not from the call that launched it; an NCCL error
+# raised by the call itself is the communicator's creation, which torch and Paddle do lazily at a
+# group's first collective, or the launch.
+_COLLECTIVE_FUNC = (r"(?:all_reduce|allreduce|barrier|monitored_barrier|_store_based_barrier|broadcast\w*|"
+                    r"_?all_gather\w*|allgather\w*|_?reduce_scatter\w*|all_to_all\w*|alltoall\w*|new_group)")
+_COLLECTIVE_CALL = regex.compile(rf"\", line \d+, in {_COLLECTIVE_FUNC}$")
+_COLLECTIVE_FRAME = regex.compile(rf":{_COLLECTIVE_FUNC}$")
+
 
 def _never_connected(ctx: PolicyContext) -> bool:
     """The job's processes never met, and the log shows no training before the failure: the root
@@ -106,8 +156,11 @@ def _never_connected(ctx: PolicyContext) -> bool:
         return True
     # (an NCCL system error there; a rendezvous that timed out waiting for a node that came late
     # also fails inside init_process_group, but its endpoint answered)
-    return ctx.error_type is ErrorType.NCCLRemoteError and any(
-        _SETUP.search(line) for line in (*ctx.preceding, *ctx.root_lines))
+    # With no training before it, an NCCL error raised by a collective call is its communicator's
+    # creation failing: the group's first collective.
+    return ctx.error_type is ErrorType.NCCLRemoteError and (any(
+        _SETUP.search(line) or _COLLECTIVE_CALL.search(line.rstrip()) for line in (*ctx.preceding, *ctx.root_lines)
+    ) or any(_COLLECTIVE_FRAME.search(f) for f in ctx.root_frames))
 
 
 # A process group runs some tens of collectives per training step: ten thousand is minutes of
@@ -134,6 +187,8 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "first_collective": _first_collective,
     "early_collective": _early_collective,
     "never_connected": _never_connected,
+    "scalar_collective": _scalar_collective,
+    "mismatched_collectives": _mismatched_collectives,
     "silent_ranks": _silent_ranks,
     "early_in_run": lambda ctx: ctx.spike_step_index is not None and ctx.spike_step_index < 10,
     "low_confidence": lambda ctx: ctx.confidence < 0.4,
@@ -144,6 +199,14 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
 
 # the conditions that read when the failure happened (LOGDX_ABLATE=timing turns them off)
 TIMING = frozenset({"first_collective", "early_collective", "never_connected"})
+# the conditions that read the timed-out collectives' shape (LOGDX_ABLATE=collectives)
+SHAPE = frozenset({"scalar_collective", "mismatched_collectives"})
+
+
+def _switched_on(condition: str) -> bool:
+    if condition in TIMING:
+        return ablation.enabled("timing")
+    return condition not in SHAPE or ablation.enabled("collectives")
 
 
 @functools.lru_cache(maxsize=64)
@@ -174,6 +237,6 @@ def decide(ctx: PolicyContext, policies: list) -> Decision:
             continue
         if policy.preceded_by is not None and not _any_line(policy.preceded_by, ctx.preceding):
             continue
-        if all(CONDITIONS[c](ctx) and (c not in TIMING or ablation.enabled("timing")) for c in policy.when):
+        if all(_switched_on(c) and CONDITIONS[c](ctx) for c in policy.when):
             return Decision(policy.action, policy.reason, policy.id)
     return Decision(ActionKind.INVESTIGATE, "no policy covers this error type", "fallback")

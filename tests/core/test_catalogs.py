@@ -17,7 +17,8 @@ from app.core.types import ActionKind, ErrorType
 
 RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
 
-CATALOG_FILES = {"catalog_nccl.yaml", "catalog_cuda.yaml", "nodeloss.yaml", "objectstore.yaml", "sharedfs.yaml", "catalog_pip.yaml", "catalog_ssh.yaml"}
+CATALOG_FILES = {"catalog_nccl.yaml", "catalog_cuda.yaml", "nodeloss.yaml", "objectstore.yaml", "sharedfs.yaml", "catalog_pip.yaml", "catalog_ssh.yaml",
+                 "catalog_ucx.yaml", "catalog_ofi.yaml"}
 
 CATALOG_DIAG = """\
 kind: diagnosis
@@ -336,3 +337,46 @@ def test_shared_filesystem_clients(line, rule_id, ablate):
 
 def test_rules_dir_constant_points_at_the_shipped_library():
     assert (DEFAULT_RULES_DIR / "catalog_nccl.yaml").is_file()
+
+
+# ---- UCX (Open MPI's pml ucx, MPI-launched Horovod) and the OFI plugin (aws-ofi-nccl) ---------
+
+UCX_RETRY_EXCEEDED = """\
+[1,0]<stdout>:Epoch 3, step 1200, loss 2.113
+[g07r1n14:27251:0:27251] ib_mlx5_log.c:143  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)
+[g07r1n14:27251:0:27251] ib_mlx5_log.c:143  DCI QP 0x1d8f7 wqe[2033]: SEND s-e [inl len 26]
+==== backtrace (tid:  27251) ====
+ 0  /usr/lib/libucs.so.0(ucs_handle_error+0x2a4) [0x2b2f1a3f9a44]
+"""
+
+UCX_LOCAL_PROTECTION = """\
+mpirun -np 16 --mca pml ucx -x UCX_TLS=rc,cuda_copy python train.py
+[gpu-12:4411:0:4411] ib_mlx5_log.c:171  Local protection on mlx5_2:1/IB (synd 0x4 vend 0x33 hw_synd 0/0)
+[gpu-12:4411:0:4411] ib_mlx5_log.c:171  WR flushed because QP in error state on mlx5_2:1/IB (synd 0x5 vend 0xf9 hw_synd 0/0)
+"""
+
+OFI_AV = """\
+[1,23]<stdout>:ip-172-32-45-165:72593:73427 [7] NCCL INFO NET/OFI Selected Provider is efa
+[1,23]<stdout>:ip-172-32-45-165:72593:73427 [7] create_nccl_ofi_component:459 NCCL WARN NET/OFI Couldn't open AV. RC: -22, ERROR: Invalid argument
+[1,23]<stdout>:ip-172-32-45-165:72593:73427 [7] NCCL INFO net.cc:212 -> 2
+"""
+
+
+def test_ucx_transport_timeout_is_a_retried_network_cause(ablate):
+    d = _diagnose(UCX_RETRY_EXCEEDED)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NetworkError, ActionKind.RETRY)
+    assert d.root_cause.rule_id == "ucx-cqe-peer-unreachable"
+    assert _ablated(UCX_RETRY_EXCEEDED, ablate).root_cause.rule_id != "ucx-cqe-peer-unreachable"
+
+
+def test_ucx_refused_work_request_is_the_set_up_and_not_the_flush_after_it():
+    d = _diagnose(UCX_LOCAL_PROTECTION)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NetworkError, ActionKind.NO_RETRY)
+    assert d.root_cause.rule_id == "ucx-cqe-bad-request"
+
+
+def test_ofi_plugin_set_up_failure_is_not_retried(ablate):
+    d = _diagnose(OFI_AV)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NetworkError, ActionKind.NO_RETRY)
+    assert d.root_cause.rule_id == "ofi-setup-failure"
+    assert _ablated(OFI_AV, ablate).root_cause.rule_id != "ofi-setup-failure"

@@ -21,11 +21,13 @@ def _old_torch(seq: int) -> list[str]:  # torch 1.x / 2.0 wording
             "timing out." for r in range(4)]
 
 
-def _new_torch(seq: int, completed: int) -> list[str]:  # torch 2.2+ wording, with the watchdog summary
+def _new_torch(seq: int, completed: int, numel: int = 4194304, ops: tuple[str, ...] = ("ALLGATHER",)) -> list[str]:
+    """torch 2.2+ wording, with the watchdog summary; rank r waits in ops[r % len(ops)]."""
     out = []
     for r in range(4):
         out.append(f"[rank{r}]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught "
-                   f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLGATHER, NumelIn=1, NumelOut=4, "
+                   f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={ops[r % len(ops)]}, "
+                   f"NumelIn={numel}, NumelOut={numel * 4}, "
                    "Timeout(ms)=600000) ran for 600003 milliseconds before timing out.")
         out.append(f"[rank{r}]:[E1206 18:44:16.998 ProcessGroupNCCL.cpp:1664] [PG 0 Rank {r}] Exception (either an "
                    f"error or timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {seq}, "
@@ -93,3 +95,47 @@ def test_the_new_mechanisms_can_be_switched_off_for_ablation(monkeypatch, name) 
         ablation._off.cache_clear()
     assert _diagnose(_new_torch(1, -1)).action.kind.value == "investigate"
     assert _diagnose(steps).root_cause.error_type.value == "Unknown"
+
+
+def test_a_late_timeout_of_a_one_element_collective_is_the_jobs_own_step() -> None:
+    """A collective of one element carries a flag or a metric (a loss average, a stop signal, the
+    best-model comparison), not gradients: ranks wait there while others are still saving,
+    evaluating or out of data. A restart reaches the same point (policy nccl-timeout-scalar-collective)."""
+    d = _diagnose(_new_torch(460000, 459999, numel=1, ops=("ALLREDUCE",)))
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "no_retry")
+    assert "single value" in d.action.reason
+
+
+def test_ranks_waiting_in_different_collectives_are_a_desync() -> None:
+    """Some ranks in a BROADCAST, others in an ALLGATHER of the same group: the processes took
+    different code paths; investigate, whatever the SeqNum."""
+    d = _diagnose(_new_torch(532339, 532338, ops=("BROADCAST", "_ALLGATHER_BASE")))
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "investigate")
+    assert "different kinds" in d.action.reason
+    # ALLGATHER and _ALLGATHER_BASE are the same collective: no desync, a late timeout retries
+    d = _diagnose(_new_torch(532339, 532338, ops=("ALLGATHER", "_ALLGATHER_BASE")))
+    assert d.action.kind.value == "retry"
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "barrier"])
+def test_an_nccl_error_raised_by_a_collective_call_before_training_is_set_up(collective: str) -> None:
+    """torch creates a group's NCCL communicator at its first collective: an NCCL system error
+    raised by the Python call itself, with no training before it, is the communicator's creation
+    failing (a running collective's failure reaches the watchdog, not the call). Investigate."""
+    tb = ["Traceback (most recent call last):",
+          '  File "train.py", line 30, in <module>',
+          "    main()",
+          '  File "train.py", line 22, in main',
+          f"    dist.{collective}(t)",
+          '  File "/usr/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 2219, '
+          f"in {collective}",
+          "    work = group.allreduce([tensor], opts)",
+          "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+          "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5",
+          "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. "]
+    d = _diagnose(tb)
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLRemoteError", "investigate")
+    # the same error after training ran is a connection lost mid-run: retry
+    steps = [f"{{'loss': 1.{i:02d}, 'grad_norm': 0.9, 'learning_rate': 2e-05, 'epoch': 0.{i:02d}}}" for i in range(20)]
+    d = _diagnose(steps + tb)
+    assert d.action.kind.value == "retry"

@@ -31,7 +31,7 @@ def hf_steps(n: int, start: int = 1) -> list[str]:
 
 
 TIMEOUT = ("[E ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, "
-           "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800529 milliseconds before timing out.")
+           "OpType=ALLREDUCE, NumelIn=25165824, NumelOut=25165824, Timeout(ms)=1800000) ran for 1800529 milliseconds before timing out.")
 
 
 def test_a_warning_never_outranks_an_exception(pipe):
