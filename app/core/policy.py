@@ -180,7 +180,11 @@ def _early_collective(ctx: PolicyContext) -> bool:
     # a SeqNum counts one process group's collectives: a group used now and then (a pipeline
     # stage's, an evaluation broadcast's) is still low after hours, so training seen before the
     # timeout outranks it
-    return bool(marks) and max(marks) < EARLY_COLLECTIVES and not ctx.trained_before
+    if ctx.trained_before:
+        return False
+    # no SeqNum and no training before it (an NPU's stream-sync timeout, an old torch's message):
+    # nothing shows the job ever reached steady training either
+    return not marks or max(marks) < EARLY_COLLECTIVES
 
 
 CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {

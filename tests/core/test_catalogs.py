@@ -18,7 +18,7 @@ from app.core.types import ActionKind, ErrorType
 RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
 
 CATALOG_FILES = {"catalog_nccl.yaml", "catalog_cuda.yaml", "nodeloss.yaml", "objectstore.yaml", "sharedfs.yaml", "catalog_pip.yaml", "catalog_ssh.yaml",
-                 "catalog_ucx.yaml", "catalog_ofi.yaml"}
+                 "catalog_ucx.yaml", "catalog_ofi.yaml", "catalog_ascend.yaml"}
 
 CATALOG_DIAG = """\
 kind: diagnosis
@@ -380,3 +380,34 @@ def test_ofi_plugin_set_up_failure_is_not_retried(ablate):
     assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NetworkError, ActionKind.NO_RETRY)
     assert d.root_cause.rule_id == "ofi-setup-failure"
     assert _ablated(OFI_AV, ablate).root_cause.rule_id != "ofi-setup-failure"
+
+
+# ---- Ascend NPUs: torch_npu and MindSpore print the CANN runtime's codes -------------------------
+
+TORCH_NPU_STREAM_TIMEOUT = """\
+W NPUStream.cpp:409] Warning: NPU warning, error code is 507046[Error]:
+[Error]: In the specified timeout waiting event, all tasks in the specified stream are not completed.
+EE1002: 2024-09-03-16:50:00.041.231 Stream synchronize timeout. rtDeviceSynchronize execute failed, reason=[stream sync timeout]
+"""
+
+MINDSPORE_AICORE = """\
+[ERROR] DEVICE(1932,ffff,python):2025-01-10-10:00:00.000.000 [mindspore/ccsrc/plugin/device/ascend/hal/device/ascend_kernel_runtime.cc:600] TaskFailCallback] Execute TaskFailCallback failed.
+EZ9999: Inner Error!
+EZ9999  Kernel task happen error, retCode=0x26, [aicore exception].[FUNC:PreCheckTaskErr][FILE:task_info.cc][LINE:1518]
+"""
+
+TORCH_NPU_HBM_ECC = """\
+[E NPUStream.cpp:201] NPU error, error code is 507054[Error]: hbm Multi-bit ECC error.
+RuntimeError: ACL stream synchronize failed, error code:507054
+"""
+
+
+def test_ascend_runtime_codes_are_typed_by_class(ablate):
+    d = _diagnose(TORCH_NPU_STREAM_TIMEOUT)
+    # a device wait timeout is the NPU's collective timeout; nothing shows training ran before it
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NCCLTimeoutError, ActionKind.INVESTIGATE)
+    assert _ablated(TORCH_NPU_STREAM_TIMEOUT, ablate).root_cause.rule_id != "ascend-collective-wait-timeout"
+    d = _diagnose(MINDSPORE_AICORE)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.CUDAError, ActionKind.INVESTIGATE)
+    d = _diagnose(TORCH_NPU_HBM_ECC)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.ECCError, ActionKind.ISOLATE_AND_RESTART)
