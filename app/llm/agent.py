@@ -406,8 +406,15 @@ class FailureAgent:
                        explanation=(f"No rule matched. Line {ev.line} is closest to the rule library's examples "
                                     f"of {ev.error_type.value} (rules {rules}; similarity "
                                     f"{max(m.similarity for m in ev.support):.2f})."))
-        action = _named(self._action(ev.error_type, ev.category, confidence, None, None, "example retrieval"),
-                        result, ev.line)
+        action = self._action(ev.error_type, ev.category, confidence, None, None, "example retrieval")
+        if action.kind is ActionKind.ISOLATE_AND_RESTART:
+            # a line that merely resembles a hardware rule's example does not drain a node: the
+            # engineer (or the node probe) decides
+            action = Action(kind=ActionKind.INVESTIGATE, reason=(
+                f"No rule matched; the nearest rule examples are {ev.error_type.value} faults, which would isolate "
+                "the node. A resemblance does not drain a node: check the line, and probe the job's nodes "
+                "(two-round allgather) before draining any."))
+        action = _named(action, result, ev.line)
         notes.append(f"example retrieval: {ev.error_type.value} (confidence {ev.confidence:.2f}) from line "
                      f"{ev.line}, nearest rules {rules}")
         return replace(original, root_cause=rc, action=action, decided_by=DecidedBy.RETRIEVAL,

@@ -139,3 +139,16 @@ def test_cli_without_llm_uses_the_examples_on_a_no_rule_log(tmp_path):
     d = json.loads(out.stdout)
     assert (d["decided_by"], d["root_cause"]["error_type"]) == ("retrieval", "S3StorageError")
     assert d["root_cause"]["evidence"][0]["line"] == 2
+
+
+@pytest.mark.slow
+def test_a_nearest_example_guess_never_drains_a_node(minilm, no_exception_table):
+    """A line no rule matched that only resembles a hardware or node-loss rule's examples is typed
+    by the resemblance, but its action is investigate: an isolate drains a node on evidence, and a
+    resemblance is not evidence (the engineer or the node probe decides)."""
+    log = "step 10 loss 2.1\nray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+    result = Pipeline().diagnose(io.BytesIO(log.encode()), workers=1)
+    assert result.diagnosis.root_cause.error_type is ErrorType.Unknown
+    d = build_fallback_agent(Pipeline().ruleset, embedder=minilm).refine(result)
+    assert d.decided_by is DecidedBy.RETRIEVAL and d.root_cause.error_type is ErrorType.NodeFailure
+    assert d.action.kind.value == "investigate" and "does not drain a node" in d.action.reason
