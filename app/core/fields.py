@@ -30,11 +30,14 @@ _RANK_RES = [
 _HOST_TOKEN = r"[A-Za-z][A-Za-z0-9_-]*(?:\d[A-Za-z0-9_-]*|-[A-Za-z0-9_-]+)(?:\.[A-Za-z0-9_-]+)*"
 # a dotted quad, not followed by more of a version number or a port (`10.0.0.15:29500` is an address)
 _IPV4 = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}(?![\d.])"
-# a launcher's per-line prefix: the host as pdsh / DeepSpeed's multi-node runner write it
-_PREFIX_HOST = "(?:" + _IPV4 + "|" + _HOST_TOKEN + ")"
+# a launcher's per-line prefix: the host as pdsh / DeepSpeed's multi-node runner write it; not a
+# message code that opens a line the same way (Ascend CANN's `EI0002: ...`, `EE9999: ...`, `E19999`)
+_PREFIX_HOST = "(?:" + _IPV4 + r"|(?!E[A-Z0-9]\d{4}:)" + _HOST_TOKEN + ")"
 # tags launchers put before the program's own text: `[1,4]<stdout>:` (mpirun --tag-output, maybe
-# behind its ISO timestamp), `[default0]:`, `[rank3]:`, `[3]`
-_TAGS = (r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?:?\s|\[\d{4}-\d\d-\d\d[ T][\d:.,]+\]\s)?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
+# behind its ISO timestamp or --timestamp-output's ctime one, `Fri Aug 11 12:31:45 2023[1,0]<stdout>:`),
+# `[default0]:`, `[rank3]:`, `[3]`
+_TAGS = (r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?:?\s|\[\d{4}-\d\d-\d\d[ T][\d:.,]+\]\s|"
+         r"[A-Z][a-z]{2} [A-Z][a-z]{2} {1,2}\d{1,2} [\d:]{8} \d{4}(?=\[\d+,\d+\]<std))?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
          r"|\[(?:rank|Rank)\d+\]:|\[\d+\])?")
 # a shell prompt: `(venv) root@node1:~/dir# cmd`, `user@host:~$ cmd`, zsh `user@host ~ % cmd`,
 # `[user@host dir]$ cmd`; the prompt's syntax says it is a host, so any host name goes

@@ -17,6 +17,7 @@ from app.core import ablation
 from app.core.compress import CompressedLog, compress_source
 from app.core.events import ErrorEvent, events_from_log
 from app.core.exceptions import ExceptionView
+from app.core.fields import PLACEHOLDER_HOSTS
 from app.core.ingest import Limits
 from app.core.onset import refine_onset
 from app.core.placement import JobPlacement, name_hosts, ranked_suspect_hosts, session_host
@@ -175,4 +176,6 @@ class Pipeline:
             reason += f" Silent rank(s): {', '.join(map(str, ranks))}."
         action = Action(kind=decision.kind, suspect_hosts=hosts[:32], suspect_ranks=ranks[:64], reason=reason)
         session = session_host(log.templates, ev.first_line) if ev is not None else None
-        return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session)
+        printers = {h for h in log.known_hosts if h.lower() not in PLACEHOLDER_HOSTS}
+        sole = next(iter(printers)) if len(printers) == 1 else None
+        return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session, sole_host=sole)

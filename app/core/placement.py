@@ -200,10 +200,10 @@ def ranked_suspect_hosts(ev, *, printers: int | None = None) -> list[str]:
 
 
 def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None,
-               session: str | None = None) -> Action:
+               session: str | None = None, sole_host: str | None = None) -> Action:
     """An isolate action with its hosts named from the ranks it suspects (or, with no rank, from
-    the shell `session` the failure was printed in), or a reason saying that the node probe must
-    find the host."""
+    the shell `session` the failure was printed in, or the `sole_host` every host-prefixed line of
+    the log names), or a reason saying that the node probe must find the host."""
     if action.kind is not ActionKind.ISOLATE_AND_RESTART or action.suspect_hosts:
         return action
     ranks = action.suspect_ranks
@@ -218,6 +218,12 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
             action, suspect_hosts=[session],
             reason=f"{action.reason} Host {session}: the shell session the failure was printed in "
                    "(its prompts name it).")
+    if sole_host is not None and not ranks:
+        # the log is one host's output (every line that names its printer names this one): the
+        # process that hit a fault of its own GPU or node ran there
+        return replace(
+            action, suspect_hosts=[sole_host],
+            reason=f"{action.reason} Host {sole_host}: the only host the log's lines are printed by.")
     if job is not None:
         found = sorted({h for h in (job.host_of(r) for r in ranks) if h})
         if found:

@@ -663,3 +663,21 @@ def test_chunk_view_reads_a_shared_mapping_as_it_reads_bytes(tail):
         assert len(view) == len(lines)
         assert [view[j] for j in (0, 498, 499, 501, 503, -1)] == [lines[j] for j in (0, 498, 499, 501, 503, -1)]
     shared.close()
+
+
+@pytest.mark.parametrize(("line", "host"), [
+    ("EI0002: [PID: 7277] 2024-11-28-11:59:30.645.648 The wait execution of the Notify register times out.", None),
+    ("EE9999: Inner Error!", None),
+    ("E19999: Inner Error, Please contact support engineer!", None),
+    ("node-12: RuntimeError: CUDA error: an illegal memory access was encountered", "node-12"),
+    ("10.1.0.7: [rank3]: Watchdog caught collective operation timeout", "10.1.0.7"),
+])
+def test_a_message_code_opening_a_line_is_not_a_host_prefix(line, host):
+    m = host_match(line)
+    assert (m.group(1) if m else None) == host
+
+
+def test_an_nccl_line_behind_mpiruns_ctime_timestamp_keeps_its_host():
+    line = ("Fri Aug 11 12:31:45 2023[1,0]<stdout>:tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN "
+            "Cuda failure 'invalid argument'")
+    assert host_match(line).group(1) == "tomte401"

@@ -167,15 +167,27 @@ NO_RANK_ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
     ([f"root@node{h}:~# nvidia-smi" for h in (1, 2, 1)] + [NO_RANK_ECC, "root@node2:~# nvidia-smi"], None),
     # ... but the last line of such a template is kept: seen before the failure, it names the host
     ([f"root@node{h}:~# nvidia-smi" for h in (1, 2, 1, 2)] + [NO_RANK_ECC], "node2"),
-    # no prompt before the failure
-    ([NO_RANK_ECC, "root@node1:~# exit"], None),
+    # no prompt before the failure, but the log's only host is node1 (its lines are one host's output)
+    ([NO_RANK_ECC, "root@node1:~# exit"], "node1"),
+    # no prompt before the failure and two hosts in the log: none is named
+    ([NO_RANK_ECC, "root@node1:~# exit", "root@node2:~# exit"], None),
 ])
 def test_a_failure_printed_in_a_shell_session_names_the_prompt_host(pipeline, lines, host):
     d = pipeline.diagnose(_log(*lines)).diagnosis
     assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
     assert d.action.suspect_hosts == ([host] if host else [])
     if host:
-        assert "shell session" in d.action.reason
+        assert "shell session" in d.action.reason or "the only host" in d.action.reason
+
+
+def test_a_gpu_fault_in_one_hosts_log_names_that_host(pipeline):
+    """NCCL's INFO lines name one host and the failure names no rank: the log is that host's
+    output, and a fault of its own GPU is there."""
+    lines = ["VM-0-14:162637:162637 [6] NCCL INFO Bootstrap : Using eth0:172.17.0.14<0>",
+             "VM-0-14:162635:162635 [4] NCCL INFO cudaDriverVersion 12020", NO_RANK_ECC]
+    d = pipeline.diagnose(_log(*lines)).diagnosis
+    assert (d.action.kind, d.action.suspect_hosts) == (ActionKind.ISOLATE_AND_RESTART, ["VM-0-14"])
+    assert "the only host" in d.action.reason
 
 
 def test_lines_with_in_c_finds_the_lines_bytes_find_finds():
