@@ -89,7 +89,8 @@ _HOST_RES = [
 _HOSTLIST = r"[A-Za-z][A-Za-z0-9_-]*\[[\d,\s-]+\][A-Za-z0-9_-]*"
 _LOCATED_HOST = "(?:" + _HOSTLIST + "|" + _IPV4 + "|" + _HOST_TOKEN + ")"
 _LOCATED_RES = [
-    regexcache.compile(r"\b(?:from|to|by|with)\s+(?:remote\s+)?peer\s+\(?(" + _LOCATED_HOST + r")"),
+    # (Gloo brackets the address: "Connection closed by peer [10.0.0.7]:12717")
+    regexcache.compile(r"\b(?:from|to|by|with)\s+(?:remote\s+)?peer\s+[(\[]?(" + _LOCATED_HOST + r")"),
     regexcache.compile(r"\bremote (?:host|peer|process)\s+\(?(" + _LOCATED_HOST + r")"),
     # NCCL writes a socket's address as `ip<port>` (ncclSocketToString): the other end of the link
     regexcache.compile(r"(?<![\w.])(" + _IPV4 + r")<\d{1,5}>"),

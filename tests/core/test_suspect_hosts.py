@@ -23,6 +23,9 @@ from app.core.pipeline import Pipeline
      "status=5 opcode=0 len=0 vendor err 249 (Recv) hca ibp152s0", ["10.0.1.23"]),
     # socket transport: the peer that closed the connection
     ("gpu1:9:9 [0] NCCL WARN socketProgress: Connection closed by remote peer gpu-node-12<51234>", ["gpu-node-12"]),
+    # Gloo brackets the peer's address
+    ("RuntimeError: [../gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.244.48.107]:12717",
+     ["10.244.48.107"]),
     # Slurm: salloc/srun node failure, slurmctld's host lists
     ("salloc: error: Node failure on worker-1", ["worker-1"]),
     ("srun: error: Node failure on gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
