@@ -35,6 +35,9 @@ _SCORES: list[tuple[regex.Pattern, float]] = [
     (regex.compile(r"\b(?:ERROR|error|failed|FAILED|Killed|killed)\b"), 2.0),
     (regex.compile(r"\b(?:timed out|[Tt]imeout|Errno)\b"), 1.5),
     (regex.compile(r"\b(?:WARN|WARNING|warning)\b"), -1.5),
+    # a line its emitter logged at INFO or DEBUG is not its error ("INFO:...: Setting worker0
+    # reply file to: .../error.json")
+    (regex.compile(r"(?:^|[\s\[|(])(?:INFO|DEBUG)\b"), -3.0),
     (regex.compile(r"Traceback \(most recent call last\)|^\s*File \"|^\s*\^+\s*$"), -4.0),
 ]
 

@@ -48,6 +48,9 @@ def test_error_looking_lines_prefer_exception_lines_over_headers_and_warnings():
     assert got[0] == (12, "mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated")
     assert (13, "job failed after 3 retries") in got
     assert all(error_score(t) > 0 for _, t in got) and len({t for _, t in got}) == len(got)
+    # a line logged at INFO is not its error, whatever word it carries
+    info = [(26, "INFO:torch.distributed.elastic.multiprocessing:Setting worker0 reply file to: /log/attempt_0/0/error.json")]
+    assert error_looking_lines(info) == []
 
 
 # the rules that know the S3 line: the generic botocore rule and the object-store catalog's
