@@ -176,6 +176,8 @@ class Pipeline:
             reason += f" Silent rank(s): {', '.join(map(str, ranks))}."
         action = Action(kind=decision.kind, suspect_hosts=hosts[:32], suspect_ranks=ranks[:64], reason=reason)
         session = session_host(log.templates, ev.first_line) if ev is not None else None
+        # a GPU fault is the reporting process's own GPU: in one host's log, that host (a node
+        # loss is reported by the survivors, so never the printing host)
         printers = {h for h in log.known_hosts if h.lower() not in PLACEHOLDER_HOSTS}
-        sole = next(iter(printers)) if len(printers) == 1 else None
+        sole = next(iter(printers)) if len(printers) == 1 and family_of(root.error_type.value) == "gpu" else None
         return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session, sole_host=sole)

@@ -220,7 +220,7 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
                    "(its prompts name it).")
     if sole_host is not None and not ranks:
         # the log is one host's output (every line that names its printer names this one): the
-        # process that hit a fault of its own GPU or node ran there
+        # process that hit a fault of its own GPU ran there (the caller passes it for GPU faults)
         return replace(
             action, suspect_hosts=[sole_host],
             reason=f"{action.reason} Host {sole_host}: the only host the log's lines are printed by.")

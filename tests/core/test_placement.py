@@ -224,3 +224,14 @@ _HINT_PARTS = ["host", "rank", " ", "\t", ":", "a", "0", "\u00a0", "\x0b", "\x1c
 def test_summary_hint_answers_like_its_search(text):
     want = ("host" in text or "rank" in text) and placement_mod._SUMMARY_HINT.search(text) is not None
     assert placement_mod._summary_hint(text) is want
+
+
+def test_a_node_loss_in_one_hosts_log_does_not_name_the_survivor():
+    """A lost node is reported by the hosts that survive it: the only printing host of such a log
+    is the survivor, never the suspect."""
+    lines = ["node-a:162637:162637 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object "
+             "file: No such file or directory No plugin found (libnccl-net.so), using internal implementation",
+             "JobId=4242 JobName=train UserId=alice(1001) JobState=NODE_FAIL Reason=NodeDown Dependency=(null)"]
+    d = Pipeline().diagnose(_log(*lines)).diagnosis  # the shipped rules (Slurm's NODE_FAIL)
+    assert d.root_cause.error_type.value == "NodeFailure"
+    assert "node-a" not in d.action.suspect_hosts
