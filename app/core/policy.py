@@ -93,6 +93,23 @@ def _scalar_collective(ctx: PolicyContext) -> bool:
     return bool(sizes) and max(sizes) <= SCALAR_NUMEL
 
 
+# torch's WorkNCCL names the deadline the job gave its collectives: `Timeout(ms)=600000`
+_TIMEOUT_MS = regex.compile(r"\bTimeout\(ms\)=(\d+)")
+# torch's default is 30 min (10 min in some launchers); a deadline of a minute or less is one the
+# job chose, shorter than steps that run on one rank while the others wait (a validation pass on
+# rank 0, a checkpoint save, the first batch's compilation)
+SHORT_TIMEOUT_MS = 60_000
+
+
+def _short_timeout(ctx: PolicyContext) -> bool:
+    """Every deadline the root cause names is at most SHORT_TIMEOUT_MS: the collective waited
+    longer than the job allowed, not longer than a healthy fabric takes. A rank busy with the job's
+    own step (rank-0 validation, a save) outlasts a one-minute deadline on every run; a restart
+    times out at the same point. Raise the timeout (or move the step off the critical path)."""
+    limits = [int(m.group(1)) for line in ctx.root_lines for m in _TIMEOUT_MS.finditer(line)]
+    return bool(limits) and max(limits) <= SHORT_TIMEOUT_MS
+
+
 def _collective_kind(op: str) -> str:
     # ALLGATHER and _ALLGATHER_BASE (or a COALESCED form) are the same NCCL collective
     return op.strip("_").removesuffix("_BASE").removesuffix("_COALESCED").replace("_", "")
@@ -192,6 +209,7 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "early_collective": _early_collective,
     "never_connected": _never_connected,
     "scalar_collective": _scalar_collective,
+    "short_timeout": _short_timeout,
     "mismatched_collectives": _mismatched_collectives,
     "silent_ranks": _silent_ranks,
     "early_in_run": lambda ctx: ctx.spike_step_index is not None and ctx.spike_step_index < 10,
@@ -203,8 +221,8 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
 
 # the conditions that read when the failure happened (LOGDX_ABLATE=timing turns them off)
 TIMING = frozenset({"first_collective", "early_collective", "never_connected"})
-# the conditions that read the timed-out collectives' shape (LOGDX_ABLATE=collectives)
-SHAPE = frozenset({"scalar_collective", "mismatched_collectives"})
+# the conditions that read the timed-out collectives' shape and deadline (LOGDX_ABLATE=collectives)
+SHAPE = frozenset({"scalar_collective", "mismatched_collectives", "short_timeout"})
 
 
 def _switched_on(condition: str) -> bool:

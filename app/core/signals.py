@@ -40,11 +40,12 @@ _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _NONFINITE = r"[-+]?(?:[nN][aA][nN]|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)"
 _WRAP = r"(?:(?:tensor|np\.float\d*|float\d*|array|Array)\(\[?)?"
 # a key (one or two words, possessive: a key never gives back letters, ~1.7x faster), its
-# separator, an optional wrapper/bracket, the value, an optional total
+# separator, an optional wrapper/bracket, the value (a sentence's full stop may follow it:
+# `Model diverged with loss = NaN.`; a version's second dot may not), an optional total
 _PAIR_RE = regexcache.compile(
     r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*+(?: [A-Za-z][\w/-]*+)?)['\"]?(?:\(\w+\))?"
     r"(?P<sep>\s*[:=]\s*|\s+)\[?\s*['\"]?" + _WRAP
-    + r"(?P<val>" + _NONFINITE + r"|" + _NUM + r")(?![\w.(])['\"]?(?:\s*/\s*(?P<total>\d+)\b)?")
+    + r"(?P<val>" + _NONFINITE + r"|" + _NUM + r")(?![\w(])(?!\.[\w(])['\"]?(?:\s*/\s*(?P<total>\d+)\b)?")
 # mmengine / Lightning-style `[e][ b/B]` after an epoch key
 _EPOCH_BATCH_RE = regexcache.compile(r"(?i)\bepoch(?:\(\w+\))?\s*\[\s*(\d+)\s*\]\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 # a tqdm-style bar counter: `120/5000 [00:10<05:00`
@@ -59,7 +60,7 @@ _HINTS.Add(r"(?i)(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)
            r"['\"]?(?:\w[\w.]*\(\[?)?[-+]?(?:nan|inf|\.?\d)|\d/\d+ \[")
 _HINTS.Add(r"(?i)^\D*(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit\b)\D*$")
 _HINTS.Compile()
-_NONFINITE_WORD = regexcache.compile(r"(?i)(?<![\w.])[-+]?(?:nan|inf(?:inity)?)(?![\w.])")
+_NONFINITE_WORD = regexcache.compile(r"(?i)(?<![\w.])[-+]?(?:nan|inf(?:inity)?)(?![\w(])(?!\.\w)")
 _TABLE_SEPS = "|│┃"
 _CELL_NAME = regexcache.compile(r"[A-Za-z][\w./%()-]*(?: [A-Za-z][\w./%()-]*)*")
 _CELL_VALUE = regexcache.compile(r"(?:" + _NONFINITE + r"|" + _NUM + r")")
