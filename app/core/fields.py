@@ -105,6 +105,19 @@ _LOCATED_RES = [
     regexcache.compile(r"(?i)\bnode (?:id[: ]+\S+ )?(?:and )?(?:address|ip)[: ]+(" + _IPV4 + r")"),
 ]
 _LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<")
+# Open MPI's help texts name the other end in a key-value line of their own, below the message:
+# "  Peer host:  node-7", "Remote daemon: [[11377,0],1] on node worker-0" (not "Local host:" or
+# "HNP daemon :", the reporting side)
+_BLOCK_HOST = regexcache.compile(
+    r"^\s*(?:Peer host|Remote host|Remote daemon)\s*:\s*(?:\[\[\d+,\d+\],\d+\] on node\s+)?(" + _LOCATED_HOST + r")\s*$")
+
+
+def block_line_host(text: str) -> str | None:
+    """The host a help text's key-value line names as the other end (see `_BLOCK_HOST`), else None."""
+    if "host" not in text and "daemon" not in text:
+        return None
+    m = _BLOCK_HOST.search(text)
+    return m.group(1).rstrip(".,:;") if m else None
 
 
 def located_hosts(text: str) -> list[str]:

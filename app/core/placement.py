@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from app.core import regexcache
 from app.core.fields import (
-    MPICH_ABORT, PLACEHOLDER_HOSTS, located_hosts, mpich_abort, prompt_host, split_launcher_prefix,
+    MPICH_ABORT, PLACEHOLDER_HOSTS, block_line_host, located_hosts, mpich_abort, prompt_host, split_launcher_prefix,
 )
 from app.core.types import Action, ActionKind
 
@@ -197,6 +197,23 @@ def ranked_suspect_hosts(ev, *, printers: int | None = None) -> list[str]:
         if host not in out:
             out.append(host)
     return out + sorted(h for h in known if h not in out)
+
+
+# a help text's key-value block follows its message within a few lines (Open MPI's is 14)
+BLOCK_LINES = 16
+
+
+def block_hosts(ev, lines: dict[int, str]) -> list[str]:
+    """Hosts that the lines just after the event's first line name as where the fault lies: a
+    multi-line message (Open MPI's help text, `Peer host: node-7` under "An MPI communication peer
+    process has unexpectedly disconnected") names the other end on a line of its own. `lines`: line
+    number -> text of the log's kept lines."""
+    out: list[str] = []
+    for n in range(ev.first_line + 1, ev.first_line + BLOCK_LINES + 1):
+        host = block_line_host(text) if (text := lines.get(n)) is not None else None
+        if host is not None and host not in out and host.lower() not in PLACEHOLDER_HOSTS:
+            out.append(host)
+    return out
 
 
 def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None,

@@ -21,14 +21,15 @@ def _old_torch(seq: int) -> list[str]:  # torch 1.x / 2.0 wording
             "timing out." for r in range(4)]
 
 
-def _new_torch(seq: int, completed: int, numel: int = 4194304, ops: tuple[str, ...] = ("ALLGATHER",)) -> list[str]:
+def _new_torch(seq: int, completed: int, numel: int = 4194304, ops: tuple[str, ...] = ("ALLGATHER",),
+               timeout_ms: int = 600000) -> list[str]:
     """torch 2.2+ wording, with the watchdog summary; rank r waits in ops[r % len(ops)]."""
     out = []
     for r in range(4):
         out.append(f"[rank{r}]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught "
                    f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={ops[r % len(ops)]}, "
                    f"NumelIn={numel}, NumelOut={numel * 4}, "
-                   "Timeout(ms)=600000) ran for 600003 milliseconds before timing out.")
+                   f"Timeout(ms)={timeout_ms}) ran for {timeout_ms + 3} milliseconds before timing out.")
         out.append(f"[rank{r}]:[E1206 18:44:16.998 ProcessGroupNCCL.cpp:1664] [PG 0 Rank {r}] Exception (either an "
                    f"error or timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {seq}, "
                    f"last completed NCCL work: {completed}.")
@@ -139,3 +140,19 @@ def test_an_nccl_error_raised_by_a_collective_call_before_training_is_set_up(col
     steps = [f"{{'loss': 1.{i:02d}, 'grad_norm': 0.9, 'learning_rate': 2e-05, 'epoch': 0.{i:02d}}}" for i in range(20)]
     d = _diagnose(steps + tb)
     assert d.action.kind.value == "retry"
+
+
+def test_a_deadline_of_a_minute_or_less_is_the_jobs_own_step() -> None:
+    """torch's default collective timeout is 30 minutes; a job that set one minute times out
+    whenever one rank runs a step of its own for longer (validation on rank 0, a save), on every
+    run: no_retry (policy nccl-timeout-short-deadline), whatever the SeqNum."""
+    d = _diagnose(_new_torch(4188, 4187, timeout_ms=60000))
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "no_retry")
+    assert "a minute or less" in d.action.reason
+    # torch 1.x names no SeqNum for a BROADCAST with a custom deadline
+    old = ["[E ProcessGroupNCCL.cpp:566] [Rank 2] Watchdog caught collective operation timeout: "
+           "WorkNCCL(OpType=BROADCAST, Timeout(ms)=60000) ran for 66854 milliseconds before timing out."]
+    assert _diagnose(old).action.kind.value == "no_retry"
+    # the default deadline keeps the other policies; the first collectives stay "never connected"
+    assert _diagnose(_new_torch(158000, 157999)).action.kind.value == "retry"
+    assert _diagnose(_new_torch(1, -1, timeout_ms=60000)).action.kind.value == "investigate"

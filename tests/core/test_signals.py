@@ -64,6 +64,8 @@ def test_finite_pairs_give_step_and_values(line, step, values):
     ("it=120 | lm_loss=NaN | gnorm 0.8", 120, "loss"),
     ("iter 120/1000 ppl INF", 120, "loss"),
     ("[batch=77/5000]: Train loss/train/total: nan", 77, "loss"),  # composer-like, on one line
+    # a sentence's full stop after the value (TensorFlow's NanTensorHook)
+    ("E0526 15:34:12.011717 140569525946176 basic_session_run_hooks.py:760] Model diverged with loss = NaN.", None, "loss"),
 ])
 def test_non_finite_values_in_every_pair_layout(line, step, key):
     sig, reading = read([line])
@@ -100,6 +102,8 @@ def test_a_non_finite_table_cell_is_found(lines):
     " iteration        3/  100000 | number of skipped iterations:   0 | number of nan iterations:   0 |",
     "Using nanoGPT-style init; inference mode off",
     "| step | loss |",  # a header, not a row
+    "loss 1.2.3",  # a version's second dot is no full stop
+    "loss: nan.5",
 ])
 def test_lines_without_a_non_finite_loss(line):
     assert nonfinite_reading(line) is None

@@ -160,3 +160,27 @@ def test_a_set_up_error_under_nccls_last_error_is_the_cause_not_a_peers_conseque
              "Last error:", "Bootstrap : no socket interface found"]
     d = _diagnose("\n".join(lines) + "\n").diagnosis
     assert (d.root_cause.error_type.value, d.action.kind.value) == ("NetworkError", "no_retry")
+
+
+OMPI_PEER_HUNG_UP = [
+    "--------------------------------------------------------------------------",
+    "An MPI communication peer process has unexpectedly disconnected.  This",
+    "usually indicates a failure in the peer process (e.g., a crash or",
+    "otherwise exiting without calling MPI_FINALIZE first).",
+    "",
+    "  Local host: worker-3",
+    "  Local PID:  7720",
+    "  Peer host:  worker-6",
+    "--------------------------------------------------------------------------",
+]
+
+
+def test_a_help_texts_peer_host_line_names_the_other_end() -> None:
+    """Open MPI's help text names the peer under its message, on a `Peer host:` line of its own
+    (never the `Local host:`, the side that reports it)."""
+    d = _diagnose("\n".join(TRAIN + OMPI_PEER_HUNG_UP) + "\n").diagnosis
+    assert d.root_cause.error_type.value == "NetworkError"
+    assert d.action.suspect_hosts == ["worker-6"]
+    # a line beyond the help text's block names nothing of it
+    far = OMPI_PEER_HUNG_UP[:5] + [f"step {i}" for i in range(20)] + OMPI_PEER_HUNG_UP[5:]
+    assert _diagnose("\n".join(TRAIN + far) + "\n").diagnosis.action.suspect_hosts == []
