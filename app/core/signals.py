@@ -46,8 +46,10 @@ _PAIR_RE = regexcache.compile(
     r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*+(?: [A-Za-z][\w/-]*+)?)['\"]?(?:\(\w+\))?"
     r"(?P<sep>\s*[:=]\s*|\s+)\[?\s*['\"]?" + _WRAP
     + r"(?P<val>" + _NONFINITE + r"|" + _NUM + r")(?![\w(])(?!\.[\w(])['\"]?(?:\s*/\s*(?P<total>\d+)\b)?")
-# mmengine / Lightning-style `[e][ b/B]` after an epoch key
-_EPOCH_BATCH_RE = regexcache.compile(r"(?i)\bepoch(?:\(\w+\))?\s*\[\s*(\d+)\s*\]\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")
+# mmengine / Lightning-style `[e][ b/B]` after an epoch key, and PyTorch's examples'
+# `Train Epoch: e [b/B (p%)]` (b counts the epoch's samples)
+_EPOCH_BATCH_RE = regexcache.compile(
+    r"(?i)\bepoch(?:\(\w+\))?(?:\s*\[\s*(\d+)\s*\]|:?\s*(\d+))\s*\[\s*(\d+)\s*/\s*(\d+)(?:\s*\(\s*\d+(?:\.\d+)?%\))?\s*\]")
 # a tqdm-style bar counter: `120/5000 [00:10<05:00`
 _BAR_RE = regexcache.compile(r"(?<![\w./])(\d+)/(\d+) \[[\d:?]+<[\d:?]+")
 # One RE2 set (a DFA: ~0.5 us a line, where the pair regex takes ~35 us) tells which layouts a
@@ -211,8 +213,8 @@ def _pairs(text: str) -> Reading | None:
             continue
         others += 1
     if epoch is not None and batch is None and (m := _EPOCH_BATCH_RE.search(text)):
-        epoch, batch, batch_total = int(m.group(1)), int(m.group(2)), int(m.group(3))
-        spans["batch"] = m.span(2)
+        epoch, batch, batch_total = int(m.group(1) or m.group(2)), int(m.group(3)), int(m.group(4))
+        spans["batch"] = m.span(3)
     bar = _BAR_RE.search(text)
     if bar is not None and step is None and batch is None:
         batch, batch_total, seen = int(bar.group(1)), int(bar.group(2)), True

@@ -44,6 +44,8 @@ def read(lines: list[str]):
     ("2020-03-23 11:38:13 | INFO | train | epoch 002 | loss 9.803 | nll_loss 8.89 | ppl 474.37 | num_updates 695 | gnorm 55.005",
      695, {"loss": 9.803, "grad_norm": 55.005}),
     ("Step 1200 lm loss 2.0312 grad norm 0.93", 1200, {"loss": 2.0312, "grad_norm": 0.93}),
+    # PyTorch's examples: the bracket counts the epoch's samples (the first epoch's is the step)
+    ("Train Epoch: 0 [640/60000 (1%)]\tLoss: 2.205", 640, {"loss": 2.205}),
 ])
 def test_finite_pairs_give_step_and_values(line, step, values):
     sig, reading = read([line])
@@ -302,3 +304,11 @@ def test_a_shapes_positional_reading_equals_the_full_one(template):
                                g=rnd.uniform(0, 3), t=rnd.randrange(10**6))
         fast, full = sig.read(line), _read_pairs(line)
         assert (fast.step, fast.values, fast.progress) == (full.step, full.values, full.progress), line
+
+
+def test_a_later_epochs_sample_counter_is_progress_not_the_epoch_again():
+    """`Train Epoch: 3 [2700/246000 (18%)]`: the epoch stays 3 for a whole epoch; the bracket's
+    sample counter moves, so each line is a step of its own (not `epoch 3` printed again)."""
+    sig, reading = read(["Train Epoch: 3 [2700/246000 (18%)]\tLoss: 0.000002425569619"])
+    assert sig.progress and reading.progress and not reading.epoch_step
+    assert reading.values == {"loss": 2.425569619e-06}
