@@ -261,6 +261,8 @@ def parse_tracebacks(lines: list[tuple[int, str]], anchors: set[int] | None = No
                                 if f.rsplit(":", 1)[-1] in _TEARDOWN_FUNCS or "atexit" in f)
         elif _SHUTDOWN_MSG_RE.search(msg):
             rec.teardown = "shutdown"
+        elif name == "SystemExit" and msg.strip() in ("", "0", "None"):
+            rec.teardown = "exit status 0"  # sys.exit(0), Ray's exit_actor(): a clean exit
         elif rec.chained_from is not None and records[rec.chained_from].teardown:
             rec.teardown = records[rec.chained_from].teardown  # raised while handling a teardown one
         rec.launcher = (any(_LAUNCHER_FRAME_RE.search(f.rsplit(":", 1)[0]) for f in rec.frames[-3:])

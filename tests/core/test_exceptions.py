@@ -245,12 +245,28 @@ RuntimeError: Cannot re-initialize CUDA in forked subprocess.
 """
 
 
+RAY_ACTOR_EXIT = """
+(pid=13200) Traceback (most recent call last):
+(pid=13200)   File "/home/user/.local/lib/python3.8/site-packages/ray/actor.py", line 1001, in __ray_terminate__
+(pid=13200)     ray.actor.exit_actor()
+(pid=13200)   File "/home/user/.local/lib/python3.8/site-packages/ray/actor.py", line 1077, in exit_actor
+(pid=13200)     raise exit
+(pid=13200) SystemExit: 0
+"""
+
+
 @pytest.mark.parametrize("text,why", [
     (DATALOADER_DEL, "__del__"), (ATEXIT_WANDB, "atexit"), (SHUTDOWN_THREAD, "shutdown"), (DEL_FRAME_ONLY, "__del__"),
+    (RAY_ACTOR_EXIT, "exit status 0"),
 ])
 def test_teardown_exceptions_are_marked(text: str, why: str) -> None:
     (rec,) = records(text)
     assert rec.teardown == why
+
+
+def test_a_non_zero_exit_is_no_teardown() -> None:
+    (rec,) = records(RAY_ACTOR_EXIT.replace("SystemExit: 0", "SystemExit: 1"))
+    assert rec.teardown is None
 
 
 def test_repeats_on_other_ranks_take_the_first_ones_structure() -> None:
