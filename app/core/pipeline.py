@@ -37,6 +37,8 @@ class DiagnosisResult:
     events: list[ErrorEvent]
     ranking: Ranking
     job: JobPlacement | None = None  # what the scheduler registered (hosts, GPU count), if known
+    # lines of tracebacks printed at teardown or ignored (app/core/exceptions.py): no failure's lines
+    harmless: frozenset[int] = frozenset()
 
 
 PRECEDING_LINES = 200
@@ -130,7 +132,7 @@ class Pipeline:
             notes=list(log.stats.warnings))
         # the log's secrets stay in the log: whoever may read a diagnosis need not see them
         diagnosis = redact_obj(diagnosis)
-        return DiagnosisResult(diagnosis, log, events, ranking, job)
+        return DiagnosisResult(diagnosis, log, events, ranking, job, harmless)
 
     def decide_action(self, ranking: Ranking, log: CompressedLog, *, job: JobPlacement | None = None,
                       events: list[ErrorEvent] | None = None, frames: tuple[str, ...] = ()) -> Action:

@@ -154,13 +154,19 @@ class FailureAgent:
 
     def _error_lines(self, result: Any) -> list[tuple[int, str]]:
         """The most error-looking lines no specific rule explained: those of catch-all (Unknown)
-        events and the compressor's flagged lines."""
+        events and the compressor's flagged lines, but not the ones the run went on after (more
+        training, a completion marker) or printed at teardown: the rules' ranking does not take
+        them for the failure (app/core/rank.py), and a resemblance to an example must not either."""
+        from app.core.rank import survived_before
         from app.llm.examples import error_looking_lines
 
+        before = survived_before(result.compressed) if hasattr(result.compressed, "recent_progress") else 0
+        harmless = getattr(result, "harmless", frozenset())
         unexplained = [(e.first_line, e.text) for e in getattr(result, "events", []) or []
-                       if _val(e.error_type) == ErrorType.Unknown.value]
+                       if _val(e.error_type) == ErrorType.Unknown.value and not getattr(e, "recovered", False)]
         flagged = list(getattr(result.compressed, "flagged_lines", None) or [])
-        return error_looking_lines(sorted(unexplained + flagged))
+        lines = [(n, s) for n, s in unexplained + flagged if n >= before and n not in harmless]
+        return error_looking_lines(sorted(lines))
 
     def _example_candidates(self, result: Any) -> list[Candidate]:
         if self.examples is None:

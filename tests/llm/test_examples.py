@@ -155,3 +155,16 @@ def test_a_nearest_example_guess_never_drains_a_node(minilm, no_exception_table)
     d = build_fallback_agent(Pipeline().ruleset, embedder=minilm).refine(result)
     assert d.decided_by is DecidedBy.RETRIEVAL and d.root_cause.error_type is ErrorType.NodeFailure
     assert d.action.kind.value == "investigate" and "does not drain a node" in d.action.reason
+
+
+def test_retrieval_reads_no_line_the_run_went_on_after() -> None:
+    """An error-looking line no rule knows, followed by more training steps, did not stop the run
+    (the rules' ranking says so): the example vote must not read it as the failure either. The
+    same line at the end of the log is the candidate."""
+    odd = "ERROR frobnicator: widget pipeline failed to reticulate splines"
+    steps = [f"step {i} loss {2.0 - i / 100:.3f}" for i in range(1, 30)]
+    agent = FailureAgent(LLMClient(FakeBackend()), policies=Pipeline().ruleset.policies)
+    went_on = Pipeline().diagnose(io.BytesIO("\n".join(steps[:5] + [odd] + steps[5:]).encode() + b"\n"), workers=1)
+    assert agent._error_lines(went_on) == []
+    at_end = Pipeline().diagnose(io.BytesIO("\n".join(steps + [odd]).encode() + b"\n"), workers=1)
+    assert [text for _, text in agent._error_lines(at_end)] == [odd]
