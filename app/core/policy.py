@@ -216,11 +216,13 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "low_confidence": lambda ctx: ctx.confidence < 0.4,
     "has_hosts": lambda ctx: bool(ctx.hosts),
     "only_symptoms": lambda ctx: ctx.only_symptoms,
+    # the log shows no training step or metric before the root cause (an excerpt may hide one)
+    "before_training": lambda ctx: not ctx.trained_before,
 }
 
 
 # the conditions that read when the failure happened (LOGDX_ABLATE=timing turns them off)
-TIMING = frozenset({"first_collective", "early_collective", "never_connected"})
+TIMING = frozenset({"first_collective", "early_collective", "never_connected", "before_training"})
 # the conditions that read the timed-out collectives' shape and deadline (LOGDX_ABLATE=collectives)
 SHAPE = frozenset({"scalar_collective", "mismatched_collectives", "short_timeout"})
 

@@ -184,3 +184,20 @@ def test_a_help_texts_peer_host_line_names_the_other_end() -> None:
     # a line beyond the help text's block names nothing of it
     far = OMPI_PEER_HUNG_UP[:5] + [f"step {i}" for i in range(20)] + OMPI_PEER_HUNG_UP[5:]
     assert _diagnose("\n".join(TRAIN + far) + "\n").diagnosis.action.suspect_hosts == []
+
+
+def test_only_a_peers_consequence_before_training_is_investigated_not_retried() -> None:
+    """A log whose only errors are consequences of another process's failure (a peer closed the
+    socket, NCCL's proxy lost its connection), before any training, does not say whether a
+    restart would get further: the fault is in the peer's log. Investigate (policies
+    network-symptom-only, nccl-remote-symptom-only). After training ran it is a peer lost mid-run:
+    retry. With the cause in the log, the cause decides."""
+    closed = ["node-1:3358:13338 [2] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer "
+              "node-4<46494>"]
+    d = _diagnose("\n".join(closed) + "\n").diagnosis
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NetworkError", "investigate")
+    assert d.action.suspect_hosts[:1] == ["node-4"]  # where to read next
+    assert _diagnose("\n".join(TRAIN + closed) + "\n").diagnosis.action.kind.value == "retry"
+    oom = ["[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    d = _diagnose("\n".join(oom + closed) + "\n").diagnosis
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("OutOfMemoryError", "no_retry")
