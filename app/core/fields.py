@@ -62,18 +62,20 @@ _LAUNCHER_PREFIX_RE = regexcache.compile(
     r"|\[(?:rank|Rank|RANK)\s?\d+\]:)?")
 # "on host node-12", "hostname=node-12", "node node-12"
 _NAMED_HOST_RE = regexcache.compile(r"\b(?:host(?:name)?|node)[=:\s]\s?(" + _HOST_TOKEN + r")\b")
+# a line quoted in an issue thread or a mail keeps its fields behind the quote mark: "> node-12: ..."
+_QUOTE = r"(?:> ?)?"
 _HOST_RES = [
     # syslog / journald: "Jul 14 03:12:55 node-12 kernel: ..."
-    regexcache.compile(r"^[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
+    regexcache.compile(r"^" + _QUOTE + r"[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
     # NCCL: "node-12:1234:5678 [3] NCCL ...", behind a launcher's tags
-    regexcache.compile(r"^" + _TAGS + "(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
+    regexcache.compile(r"^" + _QUOTE + _TAGS + "(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
     # pdsh's own report on a remote host: "pdsh@launcher: 10.0.0.15: ssh exited with exit code 1"
-    regexcache.compile(r"^pdsh@[\w.-]+:\s(" + _PREFIX_HOST + r"):\s"),
+    regexcache.compile(r"^" + _QUOTE + r"pdsh@[\w.-]+:\s(" + _PREFIX_HOST + r"):\s"),
     # pdsh / DeepSpeed multi-node launcher: "node-12: ...", "10.0.0.15: [rank37]:..."
-    regexcache.compile(r"^(" + _PREFIX_HOST + r"):\s"),
+    regexcache.compile(r"^" + _QUOTE + r"(" + _PREFIX_HOST + r"):\s"),
     # Ray relays a task's or actor's output to the driver as "(RayTrainWorker pid=364, ip=10.0.0.218) ..."
     # (the address only for another node than the driver's)
-    regexcache.compile(r"^\((?:[^()\s]+ )?pid=\d+, ip=(" + _IPV4 + r")\)"),
+    regexcache.compile(r"^" + _QUOTE + r"\((?:[^()\s]+ )?pid=\d+, ip=(" + _IPV4 + r")\)"),
     _PROMPT_RE,
     # Cray MPICH's abort report names the node of the rank: "MPICH ERROR [Rank 5] [job id 40341.0]
     # [Tue Dec 12 17:52:24 2023] [nid001097] - Abort(...)" (`[unknown]` before it on some versions)

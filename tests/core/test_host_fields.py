@@ -164,3 +164,19 @@ def test_the_patterns_host_match_gates_are_the_last_three():
 def test_host_match_answers_like_every_pattern_in_order(text):
     got, want = host_match(text), _host_match_every_pattern(text)
     assert (got and (got.re.pattern, got.span(1))) == (want and (want.re.pattern, want.span(1)))
+
+
+@pytest.mark.parametrize("line, host", [
+    # a log line quoted in an issue thread keeps its host behind the quote mark
+    ("> node-3:106:196 [0] transport/net_ib.cc:73 NCCL WARN NET/IB : Got async event : GID table change", "node-3"),
+    ("> [2025-10-13 10:12:54] iv-ydin754tmox:1458548:1480527 [0] misc/ibvwrap.cc:182 NCCL WARN Call to ibv_reg_mr "
+     "failed", "iv-ydin754tmox"),
+    ("> 10.0.0.15: [rank37]: RuntimeError: CUDA error: an illegal memory access was encountered", "10.0.0.15"),
+])
+def test_a_quoted_line_keeps_its_host(line: str, host: str) -> None:
+    assert host_match(line).group(1) == host
+
+
+@pytest.mark.parametrize("line", ["> note: retrying", ">>> import torch", "> Traceback (most recent call last):"])
+def test_a_quoted_line_without_a_host_names_none(line: str) -> None:
+    assert host_match(line) is None
