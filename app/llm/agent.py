@@ -162,8 +162,11 @@ class FailureAgent:
 
         before = survived_before(result.compressed) if hasattr(result.compressed, "recent_progress") else 0
         harmless = getattr(result, "harmless", frozenset())
+        # (an Unknown rule that prescribes its own action, a native crash's `investigate`, explains
+        # its line: it knows the cause is not in the log)
         unexplained = [(e.first_line, e.text) for e in getattr(result, "events", []) or []
-                       if _val(e.error_type) == ErrorType.Unknown.value and not getattr(e, "recovered", False)]
+                       if _val(e.error_type) == ErrorType.Unknown.value and not getattr(e, "recovered", False)
+                       and getattr(e, "action", None) is None]
         flagged = list(getattr(result.compressed, "flagged_lines", None) or [])
         lines = [(n, s) for n, s in unexplained + flagged if n >= before and n not in harmless]
         return error_looking_lines(sorted(lines))

@@ -168,3 +168,13 @@ def test_retrieval_reads_no_line_the_run_went_on_after() -> None:
     assert agent._error_lines(went_on) == []
     at_end = Pipeline().diagnose(io.BytesIO("\n".join(steps + [odd]).encode() + b"\n"), workers=1)
     assert [text for _, text in agent._error_lines(at_end)] == [odd]
+
+
+def test_retrieval_leaves_a_line_whose_rule_decided_it() -> None:
+    """A native crash's rule types it Unknown on purpose and prescribes investigate (the cause is
+    not in the log): the example vote does not re-type that line (`Segmentation fault` used to be
+    read as a DataLoader worker's death, no_retry)."""
+    agent = FailureAgent(LLMClient(FakeBackend()), policies=Pipeline().ruleset.policies)
+    result = Pipeline().diagnose(io.BytesIO(b"step 1 loss 2.0\nSegmentation fault (core dumped)\n"), workers=1)
+    assert (result.diagnosis.root_cause.error_type.value, result.diagnosis.action.kind.value) == ("Unknown", "investigate")
+    assert agent._error_lines(result) == []
