@@ -205,6 +205,16 @@ class JobEnd:
         return self.state in FAILED_STATES or (self.exit_code is not None and self.exit_code != "0:0")
 
     @property
+    def stopped_unfinished(self) -> str | None:
+        """How a job that did not finish stopped, as a diagnosis's Hang explains it ("still running
+        without progress", "ended timeout", "ended with exit 1:0"); None when it finished."""
+        if self.running:
+            return "still running without progress"
+        if not self.failed:
+            return None
+        return f"ended {self.state}" if self.state else f"ended with exit {self.exit_code}"
+
+    @property
     def clean(self) -> str | None:
         """Why the attempt counts as ended cleanly, or None."""
         if self.running or self.state in FAILED_STATES:

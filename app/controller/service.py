@@ -60,11 +60,10 @@ _STEP_RX = re.compile(r"(?:iteration|step|iter)\s*[:=]?\s*(\d+)", re.IGNORECASE)
 
 def facts_from(diagnosis: Diagnosis, job_hosts: Sequence[str], end: JobEnd | None = None) -> Facts:
     end = end or JobEnd()
-    if end.running or end.failed:
+    if (why := end.stopped_unfinished) is not None:
         # a log that ends on a training step shows no failure by itself; a job that was stalled
         # (the live watch acts only on a stall) or ended without finishing hung at that step
-        diagnosis = stopped_on_progress(diagnosis, "still running without progress" if end.running
-                                        else f"ended {end.state or 'with exit ' + str(end.exit_code)}")
+        diagnosis = stopped_on_progress(diagnosis, why)
     rc = diagnosis.root_cause
     onset = rc.onset_step
     if onset is None and rc.error_type in (ErrorType.LossSpike, ErrorType.NaNLoss):

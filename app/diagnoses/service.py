@@ -114,9 +114,7 @@ def _stopped_unfinished(attempt: Attempt | None) -> str | None:
     if attempt is None:
         return None
     end = JobEnd(state=(attempt.state or "").lower() or None, exit_code=attempt.exit_code)
-    if end.running or not end.failed:
-        return None
-    return f"ended {end.state}" if end.state else f"ended with exit {end.exit_code}"
+    return None if end.running else end.stopped_unfinished
 
 
 def _set_effective_cause(session: Session, row: DiagnosisRow) -> None:
