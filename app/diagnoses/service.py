@@ -105,10 +105,10 @@ def claim_diagnosis(*, session: Session, diagnosis_id: int, max_attempts: int | 
     job = session.get(Job, row.job_id)
     attempt = session.get(Attempt, row.attempt_id) if row.attempt_id else None
     return Claim(row.id, log.id, log.blob_sha256, row.log_bytes, tuple(job.host_names), job.gpu_count or None,
-                 stopped=_stopped_unfinished(attempt))
+                 stopped=stopped_unfinished(attempt))
 
 
-def _stopped_unfinished(attempt: Attempt | None) -> str | None:
+def stopped_unfinished(attempt: Attempt | None) -> str | None:
     """How the attempt ended when the scheduler reported a failure (a failed state or a non-zero
     exit), said as the diagnosis's Hang explains it; None while it runs or when it finished."""
     if attempt is None:

@@ -25,7 +25,7 @@ from app.db.lookup import get_or_404
 from app.diagnoses import service as diagnoses
 from app.diagnoses.models import DiagnosisRow, DiagnosisStatus
 from app.jobs import service as jobs
-from app.jobs.models import Job
+from app.jobs.models import Attempt, Job
 from app.jobs.schemas import JobCreate
 from app.labels.models import Label, Verdict
 from app.logs import service as logs
@@ -160,6 +160,10 @@ class ItemClaim:
     blob_sha256: str | None     # stored log: its blob, or None for an open chunked log
     job_log_id: int | None
     log_bytes: int | None       # stored log: the prefix to diagnose
+    # a stored job's placement and how it ended, as its live diagnosis had them (an archive has none)
+    hosts: tuple[str, ...] = ()
+    gpu_count: int | None = None
+    stopped: str | None = None
 
 
 def claim_item(*, session: Session, item_id: int, worker: str) -> ItemClaim | None:
@@ -173,8 +177,13 @@ def claim_item(*, session: Session, item_id: int, worker: str) -> ItemClaim | No
     item.runs = (item.runs or 0) + 1
     item.worker = worker[:128]
     log = session.get(JobLog, item.job_log_id) if item.job_log_id else None
-    return ItemClaim(item.id, run.id, RunSource(run.source), run.dry_run, item.path,
-                     log.blob_sha256 if log else None, log.id if log else None, log.size if log else None)
+    if log is None:
+        return ItemClaim(item.id, run.id, RunSource(run.source), run.dry_run, item.path, None, None, None)
+    job = session.get(Job, log.job_id)
+    attempt = session.get(Attempt, log.attempt_id) if log.attempt_id else None
+    return ItemClaim(item.id, run.id, RunSource(run.source), run.dry_run, item.path, log.blob_sha256, log.id,
+                     log.size, tuple(job.host_names) if job else (), (job.gpu_count or None) if job else None,
+                     diagnoses.stopped_unfinished(attempt))
 
 
 def _import_job(session: Session, *, item: RelabelItem, run: RelabelRun, blob: ImportedBlob) -> JobLog:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import anyio
 
 from app.core.pipeline import Pipeline
+from app.core.placement import JobPlacement
 from app.db.engine import Database
 from app.db.queue_schema import ensure_procrastinate_schema
 from app.diagnoses.executor import PipelineExecutor, build_pipeline, build_refiner
@@ -98,7 +99,12 @@ class RelabelWorker:
                 path = str(self.store.blob_path(claim.blob_sha256) if claim.blob_sha256
                            else self.store.part_path(claim.job_log_id))
                 limit = claim.log_bytes
-            output = await executor.run(Path(path), limit, propose_rules=False, workers=1)
+            # a stored job is diagnosed with what its live diagnosis knew: its hosts and GPU count
+            # (to name a rank's host) and how it ended (a log ending on a step of a job that
+            # stopped unfinished is a Hang)
+            job = JobPlacement(claim.hosts, claim.gpu_count, stopped=claim.stopped) \
+                if claim.hosts or claim.stopped else None
+            output = await executor.run(Path(path), limit, propose_rules=False, workers=1, job=job)
         except OSError as exc:
             await self._fail(item_id, f"unreadable: {exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}")
             return

@@ -149,3 +149,22 @@ def test_archive_import_through_the_api_is_off_without_a_root(tmp_path, database
         token = app.state.services.db.run(create_token, role=TokenRole.ADMIN, name="a")[1]
         resp = c.post("/v1/relabel", json={"archive": str(tmp_path)}, headers={"Authorization": f"Bearer {token}"})
     assert_error(resp, 422, "archive_import_disabled")
+
+
+def test_relabel_diagnoses_a_stored_job_as_its_live_diagnosis_did(client, sched, eng, admin):
+    """A re-labeling run reads a stored job with what the live diagnosis knew: how the job ended
+    (a log that ends on a step of a job the scheduler timed out is a Hang) and its hosts."""
+    steps = "".join(f" iteration {i:8d}/  500000 | consumed samples: {512 * i:12d} | elapsed time per iteration "
+                    f"(ms): 1234.5 | learning rate: 1.500E-04 | lm loss: 2.345678E+00 |\n" for i in range(1, 200))
+    job = new_job(client, sched, external_id="to-relabel", state="timeout")["id"]
+    assert client.put(f"/v1/jobs/{job}/log", content=steps.encode(), headers=sched).status_code == 201
+    live = client.post(f"/v1/jobs/{job}/diagnoses", headers=sched).json()["diagnosis"]["root_cause"]
+    assert live["error_type"] == "Hang"
+    created = client.post("/v1/relabel", json={"stored": {}}, headers=admin)
+    assert created.status_code == 202, created.text
+    run = _wait_done(client, eng, created.json()["id"])
+    assert run["progress"]["failed"] == 0
+    rows = client.get(f"/v1/jobs/{job}/diagnoses", headers=sched).json()["items"]
+    assert len(rows) == 2
+    again = rows[0]["diagnosis"]["root_cause"]
+    assert again["error_type"] == "Hang" and "ended timeout" in again["explanation"]
