@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from app.core import ablation
 from app.core.ingest import InputError
 from app.core.rules import RuleError, check_examples, load_rules
 
@@ -153,7 +154,7 @@ def _without_llm(result, pipeline):
     """No model configured: a log no rule explained, with error-looking lines, still gets the
     nearest rule examples' type (decided_by retrieval) when the embedder is installed."""
     d = result.diagnosis
-    if d.root_cause.error_type.value != "Unknown":
+    if d.root_cause.error_type.value != "Unknown" or not ablation.enabled("retrieval"):
         return d
     if not result.compressed.flagged_lines and all(e.error_type.value != "Unknown" for e in result.events):
         # retrieval reads only unexplained lines (catch-all events, flagged lines): with none,

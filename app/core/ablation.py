@@ -9,8 +9,10 @@ Known names: `exceptions` (traceback structure and the exception table), `signal
 `hosts` (suspect-host extraction beyond the failing line), `stall` (a hang read only when the
 stall shows in the log: off, a log that ends on a filter rule's step line is a Hang as before),
 `timing` (the policy conditions that read when a failure happened: `first_collective`,
-`early_collective`, `never_connected` are then never true), `collectives` (the policy conditions
-that read the timed-out collectives' shape: `scalar_collective`, `mismatched_collectives`).
+`early_collective`, `never_connected`, `before_training` are then never true), `collectives` (the
+policy conditions that read the timed-out collectives' shape and deadline: `scalar_collective`,
+`mismatched_collectives`, `short_timeout`), `retrieval` (the CLI's no-model fallback: the nearest
+rule examples' vote on a log the rules leave Unknown).
 """
 
 from __future__ import annotations

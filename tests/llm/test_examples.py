@@ -142,6 +142,12 @@ def test_cli_without_llm_uses_the_examples_on_a_no_rule_log(tmp_path):
     d = json.loads(out.stdout)
     assert (d["decided_by"], d["root_cause"]["error_type"]) == ("retrieval", "S3StorageError")
     assert d["root_cause"]["evidence"][0]["line"] == 2
+    # LOGDX_ABLATE=retrieval measures the fallback: the rules' own answer stays
+    env["LOGDX_ABLATE"] = "exceptions,retrieval"
+    out = subprocess.run([sys.executable, "-m", "app.cli", "diagnose", str(log), "--json", "--rules", str(rules)],
+                         cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    assert (d["decided_by"], d["root_cause"]["error_type"]) == ("rules", "Unknown")
 
 
 @pytest.mark.slow
