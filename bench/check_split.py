@@ -74,13 +74,13 @@ def check_case(case: Path, known: set[str], seen: dict[str, str]) -> tuple[list[
         except ValueError:
             problems.append(f"{field} {meta.get(field)!r} is not a canonical value")
     for co in meta.get("co_occurring") or []:
-        if "error_type" not in co or co.get("error_type") not in ErrorType.__members__ or co.get("role") not in ROLES:
+        if co.get("error_type") not in ErrorType.__members__ or co.get("role") not in ROLES:
             problems.append(f"co_occurring entry {co} needs a canonical error_type and a role in {sorted(ROLES)}")
     evidence = (meta.get("evidence") or "").strip()
     if evidence and log is not None and evidence not in log:
         problems.append("evidence is not a verbatim line of log.txt")
     if meta.get("negative_control") and (meta.get("root_cause"), meta.get("action")) != ("Unknown", "investigate"):
-        problems.append("a negative control is labelled Unknown / investigate")
+        problems.append("a negative control must be labelled Unknown / investigate")
     source = (meta.get("source") or "").rstrip("/")
     if not source.startswith("https://"):
         problems.append("source is not an https URL")

@@ -20,9 +20,7 @@ from app.core.exceptions import ExceptionView
 from app.core.fields import PLACEHOLDER_HOSTS
 from app.core.ingest import Limits
 from app.core.onset import refine_onset
-from app.core.placement import (
-    BLOCK_LINES, JobPlacement, block_hosts, name_hosts, ranked_suspect_hosts, session_host,
-)
+from app.core.placement import JobPlacement, block_hosts, name_hosts, ranked_suspect_hosts, session_host
 from app.core.policy import PolicyContext, decide, silent_ranks
 from app.core.rank import ENDS_ON_STEP, Ranking, rank_events, stalled_root
 from app.core.rules import RuleSet, load_rules
@@ -172,10 +170,7 @@ class Pipeline:
             isolate = decision.kind is ActionKind.ISOLATE_AND_RESTART
             hosts = ranked_suspect_hosts(ev, printers=None if isolate else 2)
             if not hosts:  # a multi-line message names the other end below its first line
-                below = range(ev.first_line + 1, ev.first_line + BLOCK_LINES + 1)
-                kept = {t.first_line: t.text for t in log.templates if t.first_line in below}
-                kept.update({n: s for n, s in log.context.items() if n in below})
-                hosts = block_hosts(ev, kept)
+                hosts = block_hosts(ev, log)
             if not hosts:  # "remote process exited or network error": the IB error beside it names the peer
                 others = [e for e in events or () if e is not ev and e.category is Category.INFRASTRUCTURE]
                 for other in sorted(others, key=lambda e: e.first_line):

@@ -203,14 +203,17 @@ def ranked_suspect_hosts(ev, *, printers: int | None = None) -> list[str]:
 BLOCK_LINES = 16
 
 
-def block_hosts(ev, lines: dict[int, str]) -> list[str]:
+def block_hosts(ev, log) -> list[str]:
     """Hosts that the lines just after the event's first line name as where the fault lies: a
     multi-line message (Open MPI's help text, `Peer host: node-7` under "An MPI communication peer
-    process has unexpectedly disconnected") names the other end on a line of its own. `lines`: line
-    number -> text of the log's kept lines."""
+    process has unexpectedly disconnected") names the other end on a line of its own. `log`: the
+    compressed log, whose templates (first lines) and context hold the kept lines."""
+    below = range(ev.first_line + 1, ev.first_line + BLOCK_LINES + 1)
+    lines = {t.first_line: t.text for t in log.templates if t.first_line in below}
+    lines.update((n, s) for n, s in log.context.items() if n in below)
     out: list[str] = []
-    for n in range(ev.first_line + 1, ev.first_line + BLOCK_LINES + 1):
-        host = block_line_host(text) if (text := lines.get(n)) is not None else None
+    for n in sorted(lines):
+        host = block_line_host(lines[n])
         if host is not None and host not in out and host.lower() not in PLACEHOLDER_HOSTS:
             out.append(host)
     return out
