@@ -163,7 +163,10 @@ RETRY_LOOKAHEAD = 4
 
 
 def _retried(occ: Occurrence, nearby: dict[int, str]) -> bool:
-    return any(_RETRY_NOTICE.search(nearby.get(occ.line + k, "")) for k in range(1, RETRY_LOOKAHEAD + 1))
+    """The error's own line (`connect returned Connection refused, retrying`) or one of the next
+    RETRY_LOOKAHEAD lines is a retry notice."""
+    return bool(_RETRY_NOTICE.search(occ.text)) or any(
+        _RETRY_NOTICE.search(nearby.get(occ.line + k, "")) for k in range(1, RETRY_LOOKAHEAD + 1))
 
 
 _STEP_ON_LINE = regexcache.compile(r"(?i)\b(?:step|iteration|iter|global_step)\b[\s:=#]{0,12}(\d+)")

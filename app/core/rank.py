@@ -24,9 +24,9 @@ import regex
 
 from app.core import ablation, regexcache
 from app.core.compressed import BINARY_TEXT, CompressedLog
-from app.core.events import ErrorEvent
+from app.core.events import RETRY_LOOKAHEAD, ErrorEvent
 from app.core.types import (
-    ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Progress, Role, RootCause,
+    ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Progress, Role, RootCause, family_of,
 )
 
 _ROLE_ORDER = {Role.CAUSE: 2, Role.WRAPPER: 1, Role.SYMPTOM: 0}
@@ -177,8 +177,21 @@ def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
             continue
         if ev.rule_id.startswith("metrics."):
             continue
-        if ev.last_line < before or ev.retried:  # a retried request is handled by its client
+        if ev.last_line < before or (ev.retried and not _retries_failed(ev, events, log)):
             ev.recovered = True
+
+
+def _retries_failed(ev: ErrorEvent, events: list[ErrorEvent], log: CompressedLog) -> bool:
+    """A retried request is handled by its client, unless the retries never got through: the log
+    ends in the retry loop (its last output is the error and the client's notices), or the client
+    gives up right after it with an error of the same family (`Network error (ConnectTimeout),
+    entering retry loop`, then `Run initialization has timed out`)."""
+    end = ev.last_line + RETRY_LOOKAHEAD
+    if _last_output_line(log) <= end:
+        return True
+    family = family_of(ev.error_type)
+    return any(e is not ev and ev.last_line < e.first_line <= end and family_of(e.error_type) == family
+               for e in events)
 
 
 def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: frozenset[int] = frozenset()) -> Ranking:

@@ -12,10 +12,12 @@ without a rule:
   columns two or more spaces apart), then rows of values under it.
 
 Values are numbers or non-finite literals (nan, inf, -inf, NaN, Infinity, `tensor(nan, ...)`).
-A key is *loss-like* when its last word is loss / ppl / perplexity / gnorm or it names a grad
-norm (`lm loss`, `train_loss`, `act_loss`, `loss_step`, `grad_norm`, `grad norm`), and not a loss
-scale or a best/initial value; *a counter* when its last word is step / iter / iteration / it /
-num_updates (global), epoch, or batch.
+A key is *loss-like* when its last word is loss / losses / ppl / perplexity / gnorm or it names a
+grad norm (`lm loss`, `train_loss`, `act_loss`, `loss_step`, `grad_norm`, `grad norm`), or it is a
+term of the loss (`loss_cls`, `loss_mse`: a non-finite term counts, a finite one is no series), and
+not a loss scale or a best/initial value; *a counter* when its last word is step / iter / iteration
+/ it / num_updates (global), epoch, or batch. A key may be bracketed (`[Loss] nan`, `[step] 104`)
+or joined to its value by is/was (`Loss is Infinity.`).
 
 The compressor calls `SignalReader.classify` once per new line *shape* (the line without its
 digits, app/core/compressor.py): a NaN line has another shape than its finite sibling
@@ -43,7 +45,7 @@ _WRAP = r"(?:(?:tensor|np\.float\d*|float\d*|array|Array)\(\[?)?"
 # separator, an optional wrapper/bracket, the value (a sentence's full stop may follow it:
 # `Model diverged with loss = NaN.`; a version's second dot may not), an optional total
 _PAIR_RE = regexcache.compile(
-    r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*+(?: [A-Za-z][\w/-]*+)?)['\"]?(?:\(\w+\))?"
+    r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*+(?: [A-Za-z][\w/-]*+)?)['\"]?(?:\(\w+\))?\]?"
     r"(?P<sep>\s*[:=]\s*|\s+)\[?\s*['\"]?" + _WRAP
     + r"(?P<val>" + _NONFINITE + r"|" + _NUM + r")(?![\w(])(?!\.[\w(])['\"]?(?:\s*/\s*(?P<total>\d+)\b)?")
 # mmengine / Lightning-style `[e][ b/B]` after an epoch key, and PyTorch's examples'
@@ -58,7 +60,7 @@ _BAR_RE = regexcache.compile(r"(?<![\w./])(\d+)/(\d+) \[[\d:?]+<[\d:?]+")
 # training signal, and learning a shape must stay cheap (bench/README.md, `survive5`).
 PAIRS, HEADER = 0, 1
 _HINTS = re2.Set.SearchSet(re2.Options())
-_HINTS.Add(r"(?i)(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)\w*(?:[/-]\w+)*['\"]?(?:\(\w+\))?\s*[:=]?\s*\[?\s*"
+_HINTS.Add(r"(?i)(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)\w*(?:[/-]\w+)*['\"]?(?:\(\w+\))?\]?(?:\s+(?:is|was))?\s*[:=]?\s*\[?\s*"
            r"['\"]?(?:\w[\w.]*\(\[?)?[-+]?(?:nan|inf|\.?\d)|\d/\d+ \[")
 _HINTS.Add(r"(?i)^\D*(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit\b)\D*$")
 _HINTS.Compile()
@@ -82,20 +84,27 @@ _STRONG_SEP = (":", "=")
 
 # what a reading can name, in MetricPoint.values
 LOSS, GRAD_NORM = "loss", "grad_norm"
+PART = "part"  # a term of the loss (`loss_cls`): a non-finite one counts, a finite one is no series
 
 
 def enabled() -> bool:
     return ablation.enabled("signals")
 
 
+_COPULA = frozenset({"is", "was"})  # `Loss is 1.15` (BigDL, Spark-style prose metrics)
+
+
 def _words(key: str) -> list[str]:
-    return key.lower().translate(_WORD_SEPS).split()
+    words = key.lower().translate(_WORD_SEPS).split()
+    if len(words) > 1 and words[-1] in _COPULA:
+        words.pop()
+    return words
 
 
 @lru_cache(maxsize=4096)  # (a log repeats its keys)
 def loss_kind(key: str) -> str | None:
-    """'loss', 'grad_norm', 'eval' (an eval/validation loss: non-finite counts, no series) or
-    'ppl' for a loss-like key; None otherwise."""
+    """'loss', 'grad_norm', 'eval' (an eval/validation loss: non-finite counts, no series),
+    'part' (a term of the loss, likewise) or 'ppl' for a loss-like key; None otherwise."""
     words = _words(key)
     if not words or _NOT_LOSS.intersection(words):
         return None
@@ -106,8 +115,10 @@ def loss_kind(key: str) -> str | None:
         kind = GRAD_NORM
     elif last in ("ppl", "perplexity"):
         kind = "ppl"
-    elif last == "loss" or (last in _LOSS_SUFFIX and "loss" in words[:-1]) or last.endswith("_loss"):
+    elif last in ("loss", "losses") or (last in _LOSS_SUFFIX and "loss" in words[:-1]) or last.endswith("_loss"):
         kind = LOSS
+    elif words[0] in ("loss", "losses") and len(words) <= 3:
+        kind = PART  # a term of the loss: mmdet's `loss_cls`, `loss_bbox`, `loss_mse`
     else:
         return None
     if kind != GRAD_NORM and _EVAL_WORDS.intersection(words):

@@ -136,3 +136,20 @@ def test_a_request_its_client_retried_is_not_the_cause(pipe):
     d = run(pipe, "\n".join(lines) + "\n")
     assert d.root_cause.error_type == "KeyError"
     assert ("ConnectionError", "recovered") in [(c.error_type, c.role) for c in d.co_occurring]
+
+
+RETRYING = "n1:236813:236852 [1] NCCL INFO Call to connect returned Connection refused, retrying"
+NCCL_UP = ["n1:236813:236852 [1] NCCL INFO Channel 00/02 :    0   1", "n1:236813:236852 [1] NCCL INFO Connected all rings",
+           "n1:236813:236852 [1] NCCL INFO comm 0x5581 rank 1 nranks 2 cudaDev 1 busId 41000 - Init COMPLETE"]
+
+
+def test_a_log_that_ends_in_a_retry_loop_shows_the_retries_never_got_through(pipe):
+    d = run(pipe, "\n".join(["n1:236813:236813 [1] NCCL INFO Bootstrap : Using ib0:10.128.31.149<0>"]
+                            + [RETRYING] * 4) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("NetworkError", "retry")
+
+
+def test_a_retry_that_got_through_is_recovered(pipe):
+    d = run(pipe, "\n".join([RETRYING] * 2 + NCCL_UP + ["Loading the dataset ..."] * 3) + "\n")
+    assert d.root_cause.error_type == "Unknown"
+    assert [(c.error_type, c.role) for c in d.co_occurring] == [("NetworkError", "recovered")]

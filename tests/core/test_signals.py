@@ -68,6 +68,12 @@ def test_finite_pairs_give_step_and_values(line, step, values):
     ("[batch=77/5000]: Train loss/train/total: nan", 77, "loss"),  # composer-like, on one line
     # a sentence's full stop after the value (TensorFlow's NanTensorHook)
     ("E0526 15:34:12.011717 140569525946176 basic_session_run_hooks.py:760] Model diverged with loss = NaN.", None, "loss"),
+    # prose joined by is/was (BigDL's DistriOptimizer), a bracketed key, terms of the loss
+    ("[Epoch 76 1001728/1281167][Iteration 54399] Train 1792 in 4.2seconds. Loss is Infinity. Current learning rate is 0.03",
+     54399, "loss"),
+    ("| E6 iter[ 14/ 15] | [Loss] nan | [exp] ./exp/run1 | [step]   104 | [time] 0.4m", 104, "loss"),
+    ("iter 4500   time/iter: 0.49  lr: 0.000100 loss_mn: nan loss_c: nan   loss_mse: nan", 4500, "loss"),
+    ("Epoch [3][120/500]\tlr: 1.0e-02, loss_rpn_cls: nan, loss_bbox: 0.31", None, "loss"),
 ])
 def test_non_finite_values_in_every_pair_layout(line, step, key):
     sig, reading = read([line])
@@ -106,6 +112,7 @@ def test_a_non_finite_table_cell_is_found(lines):
     "| step | loss |",  # a header, not a row
     "loss 1.2.3",  # a version's second dot is no full stop
     "loss: nan.5",
+    "Loss of connection to nan-03 after 5 retries",  # a term needs a value after its key
 ])
 def test_lines_without_a_non_finite_loss(line):
     assert nonfinite_reading(line) is None
@@ -127,8 +134,10 @@ def test_what_counts_as_progress(line, progress):
 
 def test_key_kinds():
     assert [loss_kind(k) for k in ("lm loss", "train_loss", "act_loss", "loss_step", "grad norm", "gnorm",
-                                   "val_loss", "ppl", "loss_scale", "best_loss", "lr")] == \
-        ["loss", "loss", "loss", "loss", "grad_norm", "grad_norm", "eval", "ppl", None, None, None]
+                                   "val_loss", "ppl", "loss_scale", "best_loss", "lr", "loss_cls", "losses",
+                                   "Loss is", "val_loss_cls", "loss_weight")] == \
+        ["loss", "loss", "loss", "loss", "grad_norm", "grad_norm", "eval", "ppl", None, None, None, "part", "loss",
+         "loss", None, None]
     assert [counter_kind(k) for k in ("step", "global_step", "iteration", "num_updates", "epoch", "batch",
                                       "max_steps", "warmup_steps", "time/step")] == \
         ["step", "step", "step", "step", "epoch", "batch", None, None, None]
