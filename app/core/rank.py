@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import regex
 
-from app.core import ablation, regexcache
+from app.core import ablation, regexcache, timestamps
 from app.core.compressed import BINARY_TEXT, CompressedLog
 from app.core.events import RETRY_LOOKAHEAD, ErrorEvent
 from app.core.types import (
@@ -315,6 +315,19 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
             + (f", step {p.step}" if p.step is not None else "")
             + ") and nothing after it shows a stall. If the job was stopped for making no progress, "
             "take stack dumps.", [Evidence(line=p.line, text=(p.text or "")[:2000])], rule_id=ENDS_ON_STEP)
+    if log.last_progress is not None and ablation.enabled("stall") and (
+            (span := _span_after_last_step(log, log.last_progress)) is None or span < STALL_SECONDS):
+        # output after the last step, but nothing shows that it lasted: no time stamps, or they
+        # cover too little. An excerpt that ends while an eval starts, a checkpoint is saved or a
+        # loss scale drops reads the same as a job that stopped there; how the job ended tells
+        # them apart (as for a log that ends on a step line)
+        p = log.last_progress
+        covered = "carry no time stamps" if span is None else f"cover {span:.0f} s"
+        return _no_failure(
+            f"training progressed up to line {p.line}" + (f" (step {p.step})" if p.step is not None else "")
+            + f"; the {_last_output_line(log) - p.line} line(s) after it show no error and {covered}, which does "
+            "not show a stall. If the job was stopped for making no progress, take stack dumps.",
+            [Evidence(line=p.line, text=(p.text or "")[:2000])], rule_id=ENDS_ON_STEP)
     if log.last_progress is not None:
         p = log.last_progress
         rc = RootCause(
@@ -337,6 +350,24 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
         error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1,
         evidence=[], explanation="No error and no training progress were found in the log.")
     return Ranking(rc, None, [], only_symptoms=False)
+
+
+# how long the output after the last training step must last to show a stall, where its lines
+# carry time stamps (the NCCL watchdog's default is 10 minutes)
+STALL_SECONDS = 600.0
+
+
+def _span_after_last_step(log: CompressedLog, p: Progress) -> float | None:
+    """Seconds the kept lines after the last step cover (app/core/timestamps.py), None when they
+    carry no time stamps."""
+    seen: dict[int, str] = dict(log.context)
+    for t in log.templates:
+        if t.text != BINARY_TEXT:
+            seen.setdefault(t.first_line, t.text)
+            seen.setdefault(t.last_line, t.last_line_text)
+    seen[p.line] = p.text or seen.get(p.line, "")
+    lines = sorted(seen)
+    return timestamps.span_after([seen[n] for n in lines if n <= p.line], [seen[n] for n in lines if n > p.line])
 
 
 def _last_output_line(log: CompressedLog) -> int:

@@ -2,7 +2,9 @@
 
 A finished run (a trainer's completion marker) or start-up output without an error: type
 Unknown, action investigate, low confidence. A hang needs training progress that stops without
-a completion marker; an error before a completion marker did not stop the run.
+a completion marker, and a stall the log shows (time stamps after the last step covering ten
+minutes or more) or a job known to have stopped unfinished; an error before a completion marker
+did not stop the run.
 """
 
 from __future__ import annotations
@@ -47,10 +49,15 @@ def test_a_completion_marker_after_training_is_no_failure(pipe, finish):
     assert d.root_cause.evidence[0].text.strip() == finish
 
 
-def test_the_same_log_without_the_completion_marker_is_a_hang(pipe):
+def test_the_same_log_without_the_completion_marker_is_a_hang_where_its_time_stamps_show_a_stall(pipe):
     lines = ["Loading model", "***** Running training *****"] + hf_steps(30) + ["***** Running Evaluation *****"]
-    d = run(pipe, "\n".join(lines) + "\n")
-    assert d.root_cause.error_type == "Hang"
+    # (an excerpt that ends as an eval starts: nothing shows that the eval never ended)
+    assert run(pipe, "\n".join(lines) + "\n").root_cause.error_type == "Unknown"
+    stamped = lines[:-1] + [f"[2024-05-01 10:{m:02d}:00] heartbeat: eval running" for m in (0, 14, 28)]
+    d = run(pipe, "\n".join(stamped) + "\n")
+    assert d.root_cause.error_type == "Hang" and d.last_progress.line == 32
+    stamped = lines[:-1] + [f"[2024-05-01 10:0{m}:00] heartbeat: eval running" for m in (0, 4, 8)]
+    assert run(pipe, "\n".join(stamped) + "\n").root_cause.error_type == "Unknown"  # 8 minutes: no stall yet
 
 
 def test_an_error_before_the_completion_marker_did_not_stop_the_run(pipe):
@@ -82,8 +89,15 @@ def test_a_log_that_ends_on_a_step_is_a_hang_only_for_a_job_that_stopped(pipe):
     assert "ended timeout" in hung.root_cause.explanation
     # blank lines after the last step are no output
     assert run(pipe, "\n".join(hf_steps(40)) + "\n\n   \n\n").root_cause.error_type == "Unknown"
-    # a phase that began after the last step and never ended shows the stall in the log itself
+    # a phase that began after the last step and never ended reads the same as an excerpt that
+    # ends there: the job's end tells them apart
     d = run(pipe, "\n".join(hf_steps(40) + ["Saving model checkpoint to out/checkpoint-40"]) + "\n")
+    assert d.root_cause.error_type == "Unknown" and ends_on_progress(d)
+    assert "carry no time stamps" in d.root_cause.explanation
+    assert stopped_on_progress(d, "ended timeout").root_cause.error_type == "Hang"
+    # unless its time stamps show it lasting: then the log itself shows the stall
+    d = run(pipe, "\n".join(hf_steps(40) + ["2024-05-01 10:00:00 Saving model checkpoint to out/checkpoint-40",
+                                             "2024-05-01 11:30:00 [heartbeat] rank 0 alive"]) + "\n")
     assert d.root_cause.error_type == "Hang" and not ends_on_progress(d)
     assert stopped_on_progress(d, "ended timeout") is d
 

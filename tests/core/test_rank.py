@@ -149,7 +149,9 @@ def test_an_unexplained_error_line_training_survived_is_not_the_cause(pipe):
 
 
 def test_no_error_and_progress_stops_is_a_hang(pipe):
-    text = "\n".join(iters(300)) + "\nsaving checkpoint at iteration 300\n"
+    # the save after the last step is still running 40 minutes later (its time stamps say so)
+    text = "\n".join(iters(300)) + ("\n[2024-05-01 10:00:00] saving checkpoint at iteration 300\n"
+                                    "[2024-05-01 10:40:00] node-01: still waiting for rank 12 to save\n")
     d = run(pipe, text)
     assert d.root_cause.error_type == "Hang"
     assert d.last_progress is not None and d.last_progress.step == 300 and d.last_progress.line == 300
