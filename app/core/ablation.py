@@ -7,7 +7,8 @@ mechanism contributes. Never set in production: every mechanism is on by default
 Known names: `exceptions` (traceback structure and the exception table), `signals`
 (format-free non-finite values and step counters), `catalogs` (emitter-catalog rules),
 `hosts` (suspect-host extraction beyond the failing line), `stall` (a hang read only when the
-stall shows in the log: off, a log that ends on a filter rule's step line is a Hang as before),
+stall shows in the log, by time stamps or a stall message: off, a log that ends on a filter
+rule's step line, or with any output after its last step, is a Hang as before),
 `timing` (the policy conditions that read when a failure happened: `first_collective`,
 `early_collective`, `never_connected`, `before_training` are then never true), `collectives` (the
 policy conditions that read the timed-out collectives' shape and deadline: `scalar_collective`,
