@@ -12,8 +12,8 @@ rule's step line, or with any output after its last step, is a Hang as before),
 `timing` (the policy conditions that read when a failure happened: `first_collective`,
 `early_collective`, `never_connected`, `before_training` are then never true), `collectives` (the
 policy conditions that read the timed-out collectives' shape and deadline: `scalar_collective`,
-`mismatched_collectives`, `short_timeout`), `retrieval` (the CLI's no-model fallback: the nearest
-rule examples' vote on a log the rules leave Unknown).
+`mismatched_collectives`, `short_timeout`), `retrieval` (the CLI's no-model suggestion: the nearest
+rule examples' vote on a log the rules leave Unknown, reported as a note).
 """
 
 from __future__ import annotations
