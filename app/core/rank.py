@@ -153,7 +153,8 @@ def survived_before(log: CompressedLog) -> int:
     return before
 
 
-_NONFINITE_KEY = regexcache.compile(r"(?i)\b((?:[a-z]+[_ ])?(?:loss|grad[_ ]norm))'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?(?:nan|inf)\b")
+# (a loss term's key too: `loss_bbox: nan`, then `loss_bbox: 0.31` once the scaler skipped the step)
+_NONFINITE_KEY = regexcache.compile(r"(?i)\b((?:[a-z]+[_ ])?(?:loss(?:_[a-z]+){0,2}|grad[_ ]norm))'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?(?:nan|inf)\b")
 
 
 def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:
