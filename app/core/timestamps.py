@@ -2,7 +2,8 @@
 
 A log line's time is the first of: an ISO-like date and time (`2024-05-01 03:56:11`,
 `2024-05-01T03:56:11.123`, `[2024-05-01 03:56:11,486]`), glog's `I0515 20:03:26.569` (month, day
-and time; TensorFlow, XLA, JAX, Abseil), or a bare `HH:MM:SS` (day rollover not seen). Only
+and time; TensorFlow, XLA, JAX, Abseil), or a bare `HH:MM:SS` (day rollover not seen; not a
+progress bar's elapsed/remaining times or an `eta:`, which are durations). Only
 differences between the times of one log are used (how long the lines after the last training
 step cover), so a layout's year or time zone never matters; times of different layouts are not
 compared. Pure functions, no I/O.
@@ -14,7 +15,8 @@ from app.core import regexcache
 
 _ISO = regexcache.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?(?!\d)")
 _GLOG = regexcache.compile(r"(?<![\w])[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?(?!\d)")
-_CLOCK = regexcache.compile(r"(?<![\d:.])(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?(?![\d:])")
+# (not a duration: a progress bar's `[10:03:27<10:03:22`, mmengine's `eta: 12:46:39`)
+_CLOCK = regexcache.compile(r"(?<![\d:.<])(?<!eta: )(?<!eta )(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?(?![\d:<])")
 
 _DAY = 86400.0
 
