@@ -122,6 +122,20 @@ def block_line_host(text: str) -> str | None:
     return m.group(1).rstrip(".,:;") if m else None
 
 
+# Ray's RayActorError lists the dead actor's fields indented above its cause line ("\tclass_name:
+# RayTrainWorker", "\tpid: 6420", "\tip: 10.72.56.3", then "The actor is dead because its node
+# has died."): the `ip` field is the node the actor ran on
+_ACTOR_IP_FIELD = regexcache.compile(r"^\s+ip:\s*(" + _IPV4 + r")\s*$")
+
+
+def field_line_host(text: str) -> str | None:
+    """The node a Ray actor-error field line (`\tip: 10.0.0.3`) names, else None."""
+    if "ip:" not in text:
+        return None
+    m = _ACTOR_IP_FIELD.search(text)
+    return m.group(1) if m else None
+
+
 def located_hosts(text: str) -> list[str]:
     """Hosts the message names as where the fault lies (see `_LOCATED_RES`), in line order, host
     lists expanded; [] for most lines (each pattern runs only on a line holding its literal)."""

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, replace
 
 from app.core import regexcache
 from app.core.fields import (
-    MPICH_ABORT, PLACEHOLDER_HOSTS, block_line_host, located_hosts, mpich_abort, prompt_host, split_launcher_prefix,
+    MPICH_ABORT, PLACEHOLDER_HOSTS, block_line_host, field_line_host, located_hosts, mpich_abort, prompt_host,
+    split_launcher_prefix,
 )
 from app.core.types import Action, ActionKind
 
@@ -201,19 +202,23 @@ def ranked_suspect_hosts(ev, *, printers: int | None = None) -> list[str]:
 
 # a help text's key-value block follows its message within a few lines (Open MPI's is 14)
 BLOCK_LINES = 16
+ACTOR_FIELD_LINES = 8  # Ray's actor-error fields above its cause line (class_name ... ip)
 
 
 def block_hosts(ev, log) -> list[str]:
     """Hosts that the lines just after the event's first line name as where the fault lies: a
     multi-line message (Open MPI's help text, `Peer host: node-7` under "An MPI communication peer
-    process has unexpectedly disconnected") names the other end on a line of its own. `log`: the
-    compressed log, whose templates (first lines) and context hold the kept lines."""
+    process has unexpectedly disconnected") names the other end on a line of its own; Ray's actor
+    error lists the actor's `ip:` field just above its cause line ("The actor is dead because its
+    node has died"). `log`: the compressed log, whose templates (first lines) and context hold the
+    kept lines."""
     below = range(ev.first_line + 1, ev.first_line + BLOCK_LINES + 1)
-    lines = {t.first_line: t.text for t in log.templates if t.first_line in below}
-    lines.update((n, s) for n, s in log.context.items() if n in below)
+    above = range(ev.first_line - ACTOR_FIELD_LINES, ev.first_line)
+    lines = {t.first_line: t.text for t in log.templates if t.first_line in below or t.first_line in above}
+    lines.update((n, s) for n, s in log.context.items() if n in below or n in above)
     out: list[str] = []
     for n in sorted(lines):
-        host = block_line_host(lines[n])
+        host = block_line_host(lines[n]) if n > ev.first_line else field_line_host(lines[n])
         if host is not None and host not in out and host.lower() not in PLACEHOLDER_HOSTS:
             out.append(host)
     return out

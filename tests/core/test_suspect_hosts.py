@@ -186,6 +186,24 @@ def test_a_help_texts_peer_host_line_names_the_other_end() -> None:
     assert _diagnose("\n".join(TRAIN + far) + "\n").diagnosis.action.suspect_hosts == []
 
 
+RAY_ACTOR_DIED = [
+    "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.",
+    "\tclass_name: RayTrainWorker", "\tactor_id: 4473bb2424de8ebfec88acc402000000", "\tpid: 6420",
+    "\tnamespace: c53c8492-c985-4b6e-9247-fdf5ea623abd", "\tip: 10.72.56.3",
+    "The actor is dead because its node has died. Node Id: 677df2a9020c5db45e755b0078c469e2ce51e05ea09",
+]
+
+
+def test_a_ray_actor_errors_ip_field_names_the_node_that_died() -> None:
+    """Ray lists the dead actor's fields (`ip: ...`) just above the line saying its node died."""
+    d = _diagnose("\n".join(TRAIN + RAY_ACTOR_DIED) + "\n").diagnosis
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NodeFailure", "isolate_and_restart")
+    assert d.action.suspect_hosts == ["10.72.56.3"]
+    # an `ip:` line far above the cause line is not one of its fields
+    far = RAY_ACTOR_DIED[:-1] + [f"step {i}" for i in range(10)] + RAY_ACTOR_DIED[-1:]
+    assert _diagnose("\n".join(TRAIN + far) + "\n").diagnosis.action.suspect_hosts != ["10.72.56.3"]
+
+
 def test_only_a_peers_consequence_before_training_is_investigated_not_retried() -> None:
     """A log whose only errors are consequences of another process's failure (a peer closed the
     socket, NCCL's proxy lost its connection), before any training, does not say whether a
