@@ -10,8 +10,10 @@ training kept making progress is `recovered` and ranks below everything else; so
 before a completion marker (training finished normally). With no (or only recovered) events: a
 completion marker or output without training progress is "no failure found" (`Unknown`,
 investigate, low confidence): nothing in the log shows a stall. Progress that stops without a
-completion marker means the job hung (a watcher diagnoses a job whose progress stopped, and a
-progress-only log is what it sends). Otherwise
+completion marker, followed by output whose time stamps cover ten minutes or more, means the job
+hung; a log that ends on its last step, or a few lines after it without such time stamps, shows
+no stall by itself (an excerpt of a healthy run ends so), and how the job ended decides
+(`stopped_on_progress`: the scheduler's time limit, the live watch's stall clock). Otherwise
 the first error-looking line becomes an `Unknown` root cause with low confidence; a launcher
 summary alone is `Unknown` too.
 """
