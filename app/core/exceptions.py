@@ -308,6 +308,34 @@ FALLBACK = TableMatch("exc.unknown-class", ErrorType.Unknown, Category.UNKNOWN, 
                       "An exception class no table entry names; read it with its traceback.", False)
 
 
+# A KeyboardInterrupt (or the SIGTERM/SIGINT a launcher turns into one) whose innermost frame
+# waits: the process was stopped while it waited for a lock, a queue, a child, a socket or a
+# collective, which is what a person stopping a stuck job sees (threads post the trace to show
+# where it hung). A hang the traceback shows, below any error of the log.
+_WAIT_FUNCS = frozenset({
+    "wait", "acquire", "_wait_for_tstate_lock", "join", "get", "put", "poll", "_poll", "select", "recv",
+    "recv_bytes", "_recv_bytes", "_recv", "recv_into", "accept", "read", "readinto", "sleep",
+    "barrier", "monitored_barrier", "all_reduce", "allreduce", "broadcast", "all_gather", "all_gather_into_tensor",
+    "reduce_scatter_tensor", "all_to_all_single", "synchronize", "_try_get_data", "_get_data", "wait_stream",
+    "result", "communicate", "_wait_for_workers", "_next_data"})
+_INTERRUPTS = frozenset({"KeyboardInterrupt", "SignalException"})
+INTERRUPTED_WHILE_WAITING = TableMatch(
+    "exc.interrupted-while-waiting", ErrorType.Hang, Category.FRAMEWORK, Role.CAUSE, 26, None,
+    "The process was interrupted while it waited (its traceback ends in a wait: a lock, a queue, a "
+    "DataLoader worker, a socket or a collective); the job was stuck there. Read the other ranks' "
+    "traces for the one that never arrived.", True)
+
+
+_LOCK_MODULES = ("synchronize.py", "threading.py", "_api.py")  # a `with lock:` (multiprocessing, threading, filelock)
+
+
+def interrupted_while_waiting(rec: ExceptionRecord) -> bool:
+    if rec.name not in _INTERRUPTS or not rec.frames:
+        return False
+    path, _, func = rec.frames[-1].rpartition(":")
+    return func in _WAIT_FUNCS or (func == "__enter__" and path.endswith(_LOCK_MODULES))
+
+
 class ExceptionTable:
     """The compiled `rules/exceptions.yaml` entries, most specific first."""
 
@@ -493,6 +521,9 @@ class ExceptionView:
                         for r in self.records}
         done = log.completed.line if log.completed is not None else None
         went_on = recovered_before(log)
+        for r in self.records:  # (a wait the process was stopped in: not a teardown, not after the end)
+            if not r.teardown and (done is None or r.line < done) and interrupted_while_waiting(r):
+                self.matches[r.line] = INTERRUPTED_WHILE_WAITING
         self.harmless: dict[int, str] = {}
         for r in self.records:
             if r.teardown:

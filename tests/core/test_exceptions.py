@@ -577,3 +577,43 @@ def test_ablation_switch_turns_it_off(tmp_path: Path) -> None:
                          env={**os.environ, "LOGDX_ABLATE": "exceptions"})
     assert on.stdout.strip() == "Unknown"
     assert off.stdout.strip() == "AttributeError"  # the teardown noise read as the failure
+
+
+def _interrupted(frames: list[tuple[str, str]]) -> str:
+    lines = ["Traceback (most recent call last):"]
+    for path, func in frames:
+        lines += [f'  File "{path}", line 10, in {func}', "    pass"]
+    return "\n".join(lines + ["KeyboardInterrupt"])
+
+
+STEPS = "\n".join(f"step {i} loss 2.0" for i in range(1, 6))
+WAITING = _interrupted([("train.py", "main"), ("/usr/lib/python3.10/site-packages/torch/utils/data/dataloader.py",
+                                                "_next_data"),
+                        ("/usr/lib/python3.10/multiprocessing/queues.py", "get"),
+                        ("/usr/lib/python3.10/multiprocessing/connection.py", "poll")])
+
+
+def test_an_interrupt_of_a_waiting_process_is_a_hang(pipeline: Pipeline) -> None:
+    """A person stopping a stuck job (Ctrl-C) posts the trace to show where it waits: the last
+    frame is a wait (a queue, a lock, a socket, a collective)."""
+    d = diagnose(pipeline, f"{STEPS}\n{WAITING}\n")
+    assert (d.root_cause.error_type, d.root_cause.rule_id, d.action.kind.value) == (
+        ErrorType.Hang, "exc.interrupted-while-waiting", "investigate")
+    # a `with lock:` of multiprocessing counts; another context manager's __enter__ does not
+    lock = _interrupted([("train.py", "main"), ("/usr/lib/python3.10/multiprocessing/synchronize.py", "__enter__")])
+    assert diagnose(pipeline, f"{STEPS}\n{lock}\n").root_cause.error_type is ErrorType.Hang
+    other = _interrupted([("train.py", "main"), ("/src/timer.py", "__enter__")])
+    assert diagnose(pipeline, f"{STEPS}\n{other}\n").root_cause.error_type is not ErrorType.Hang
+
+
+def test_an_interrupt_while_computing_or_after_the_end_is_no_hang(pipeline: Pipeline) -> None:
+    busy = _interrupted([("train.py", "main"), ("/src/model.py", "forward")])
+    assert diagnose(pipeline, f"{STEPS}\n{busy}\n").root_cause.error_type is not ErrorType.Hang
+    done = "Training completed. Do not forget to share your model on huggingface.co/models =)"
+    assert diagnose(pipeline, f"{STEPS}\n{done}\n{WAITING}\n").root_cause.error_type is not ErrorType.Hang
+
+
+def test_an_error_before_the_interrupt_stays_the_cause(pipeline: Pipeline) -> None:
+    oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    d = diagnose(pipeline, f"{STEPS}\n{oom}\n{WAITING}\n")
+    assert d.root_cause.error_type is ErrorType.OutOfMemoryError
