@@ -326,7 +326,7 @@ INTERRUPTED_WHILE_WAITING = TableMatch(
     "traces for the one that never arrived.", True)
 
 
-_LOCK_MODULES = ("synchronize.py", "threading.py", "_api.py")  # a `with lock:` (multiprocessing, threading, filelock)
+_LOCK_MODULES = ("synchronize.py", "threading.py", "filelock/_api.py")  # a `with lock:` (multiprocessing, threading, filelock)
 
 
 def interrupted_while_waiting(rec: ExceptionRecord) -> bool:
