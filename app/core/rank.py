@@ -172,6 +172,7 @@ def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:
 
 def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
     before = survived_before(log)
+    last_output = _last_output_line(log) if any(ev.retried for ev in events) else 0
     for ev in events:
         # a non-finite loss is not cured by more steps: training "going on" with nan is the fault,
         # unless the same quantity is finite again later (an fp16 step the loss scaler skipped)
@@ -180,17 +181,17 @@ def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
             continue
         if ev.rule_id.startswith("metrics."):
             continue
-        if ev.last_line < before or (ev.retried and not _retries_failed(ev, events, log)):
+        if ev.last_line < before or (ev.retried and not _retries_failed(ev, events, last_output)):
             ev.recovered = True
 
 
-def _retries_failed(ev: ErrorEvent, events: list[ErrorEvent], log: CompressedLog) -> bool:
+def _retries_failed(ev: ErrorEvent, events: list[ErrorEvent], last_output: int) -> bool:
     """A retried request is handled by its client, unless the retries never got through: the log
     ends in the retry loop (its last output is the error and the client's notices), or the client
     gives up right after it with an error of the same family (`Network error (ConnectTimeout),
     entering retry loop`, then `Run initialization has timed out`)."""
     end = ev.last_line + RETRY_LOOKAHEAD
-    if _last_output_line(log) <= end:
+    if last_output <= end:
         return True
     family = family_of(ev.error_type)
     return any(e is not ev and ev.last_line < e.first_line <= end and family_of(e.error_type) == family
@@ -305,13 +306,15 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
             f"training finished normally (line {done.line}: {(done.text or '').strip()[:200]}) and no error "
             "follows. If the job did not exit after this, it hung in shutdown (take stack dumps).",
             [Evidence(line=done.line, text=(done.text or "")[:2000])])
-    if log.last_progress is not None and _last_output_line(log) <= log.last_progress.line and (
+    last_output = _last_output_line(log)
+    if log.last_progress is not None and last_output <= log.last_progress.line and (
             log.inferred_progress or ablation.enabled("stall")):
-        # a stall must show in the log: output after the last step that never advances (a stall
-        # warning, a phase that began and never ended, hours of other lines). A log that ends on a
-        # step line shows training going on; whether it then stopped is not in the log but in the
-        # job's end (the scheduler's time limit, the live watch's clock: the controller reads a
-        # stopped job's log that ends on progress as a Hang, app/controller/service.py)
+        # a stall must show in the log: a stall warning, a stack dump or a time-limit kill (events,
+        # not here), or output after the last step whose time stamps cover STALL_SECONDS (below).
+        # A log that ends on a step line shows training going on; whether it then stopped is not
+        # in the log but in the job's end (the scheduler's time limit, the live watch's clock: the
+        # controller reads a stopped job's log that ends on progress as a Hang,
+        # app/controller/service.py)
         p = log.last_progress
         return _no_failure(
             f"training progressed up to the log's last line ({p.line}"
@@ -328,7 +331,7 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
         covered = "carry no time stamps" if span is None else f"cover {span:.0f} s"
         return _no_failure(
             f"training progressed up to line {p.line}" + (f" (step {p.step})" if p.step is not None else "")
-            + f"; the {_last_output_line(log) - p.line} line(s) after it show no error and {covered}, which does "
+            + f"; the {last_output - p.line} line(s) after it show no error and {covered}, which does "
             "not show a stall. If the job was stopped for making no progress, take stack dumps.",
             [Evidence(line=p.line, text=(p.text or "")[:2000])], rule_id=ENDS_ON_STEP)
     if log.last_progress is not None:
