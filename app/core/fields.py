@@ -108,10 +108,11 @@ _LOCATED_RES = [
 ]
 _LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<")
 # Open MPI's help texts name the other end in a key-value line of their own, below the message:
-# "  Peer host:  node-7", "Remote daemon: [[11377,0],1] on node worker-0" (not "Local host:" or
-# "HNP daemon :", the reporting side)
+# "  Peer host:  node-7", "Remote daemon: [[11377,0],1] on node worker-0", the older "lost
+# communication with its daemon located on node:" over "  hostname:  node-7" (not "Local host:"
+# or "HNP daemon :", the reporting side)
 _BLOCK_HOST = regexcache.compile(
-    r"^\s*(?:Peer host|Remote host|Remote daemon)\s*:\s*(?:\[\[\d+,\d+\],\d+\] on node\s+)?(" + _LOCATED_HOST + r")\s*$")
+    r"^\s*(?:Peer host|Remote host|Remote daemon|hostname)\s*:\s*(?:\[\[\d+,\d+\],\d+\] on node\s+)?(" + _LOCATED_HOST + r")\s*$")
 
 
 def block_line_host(text: str) -> str | None:

@@ -60,9 +60,9 @@ _BAR_RE = regexcache.compile(r"(?<![\w./])(\d+)/(\d+) \[[\d:?]+<[\d:?]+")
 # training signal, and learning a shape must stay cheap (bench/README.md, `survive5`).
 PAIRS, HEADER = 0, 1
 _HINTS = re2.Set.SearchSet(re2.Options())
-_HINTS.Add(r"(?i)(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)\w*(?:[/-]\w+)*['\"]?(?:\(\w+\))?\]?(?:\s+(?:is|was))?\s*[:=]?\s*\[?\s*"
+_HINTS.Add(r"(?i)(?:loss|cost|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)\w*(?:[/-]\w+)*['\"]?(?:\(\w+\))?\]?(?:\s+(?:is|was))?\s*[:=]?\s*\[?\s*"
            r"['\"]?(?:\w[\w.]*\(\[?)?[-+]?(?:nan|inf|\.?\d)|\d/\d+ \[")
-_HINTS.Add(r"(?i)^\D*(?:loss|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit\b)\D*$")
+_HINTS.Add(r"(?i)^\D*(?:loss|cost|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit\b)\D*$")
 _HINTS.Compile()
 _NONFINITE_WORD = regexcache.compile(r"(?i)(?<![\w.])[-+]?(?:nan|inf(?:inity)?)(?![\w(])(?!\.\w)")
 _TABLE_SEPS = "|│┃"
@@ -72,7 +72,7 @@ _WS_SPLIT = regexcache.compile(r"\s{2,}|\t")
 _DIGIT_RUNS = re.compile(r"(\d+)")
 _WORD_SEPS = str.maketrans("_./-\t", "     ")
 
-_LOSS_WORDS = frozenset({"loss", "ppl", "perplexity", "gnorm"})
+_LOSS_WORDS = frozenset({"loss", "cost", "ppl", "perplexity", "gnorm"})  # Marian and Nematus print "Cost"
 _LOSS_SUFFIX = frozenset({"step", "epoch", "avg", "mean", "total", "train", "value"})
 _NOT_LOSS = frozenset({"scale", "scaler", "best", "min", "prev", "previous", "init", "initial", "target",
                        "skipped", "nan", "max", "threshold", "weight", "coef", "coeff", "type", "fn"})
