@@ -187,15 +187,20 @@ def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
 
 def _retries_failed(ev: ErrorEvent, events: list[ErrorEvent], last_output: int) -> bool:
     """A retried request is handled by its client, unless the retries never got through: the log
-    ends in the retry loop (its last output is the error and the client's notices), or the client
+    ends in the retry loop (its last output is the error and the client's notices, with no failure of
+    another family after them), or the client
     gives up right after it with an error of the same family (`Network error (ConnectTimeout),
     entering retry loop`, then `Run initialization has timed out`)."""
     end = ev.last_line + RETRY_LOOKAHEAD
-    if last_output <= end:
-        return True
     family = family_of(ev.error_type)
+    if last_output <= end:
+        # the last output is the loop's, unless another failure was printed after the notice
+        # (a data error raised once the retried request got through)
+        return not any(e is not ev and e.first_line > ev.last_line and family_of(e.error_type) != family
+                       for e in events)
+    # (a retried error of the family is the client's next attempt, not its giving up)
     return any(e is not ev and ev.last_line < e.first_line <= end and family_of(e.error_type) == family
-               for e in events)
+               and not e.retried for e in events)
 
 
 def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: frozenset[int] = frozenset()) -> Ranking:
