@@ -160,6 +160,19 @@ _COLLECTIVE_CALL = regex.compile(rf"\", line \d+, in {_COLLECTIVE_FUNC}$")
 _COLLECTIVE_FRAME = regex.compile(rf":{_COLLECTIVE_FUNC}$")
 
 
+# NCCL (and the libraries that copy its bootstrap: RCCL, Neuron's CCOM) failing to set up its TCP
+# connections: a connect that failed or gave up, or a failure the WARN's source file places in
+# the bootstrap, or the socket transport's set-up as its return-code trace shows it. A recv or
+# send on a connection that had been up is not set-up (a peer lost mid-run), nor are the IB verbs
+# transport's completion errors (the fabric's). A refused connect is left out too: the peer's
+# host answered and nothing listened, which is the peer process (not started yet, or gone) more
+# than the route; a timeout, an unreachable network or an aborted connect is the route.
+_SOCKET_SETUP = regex.compile(
+    r"\bWARN\b[^\n]*?(?:\bCall to connect\b|\b[Cc]onnect to \S+ failed|\bsocket(?:Start|Poll)Connect\b|"
+    r"\b[Cc]onnect(?: to \S+)? returned\b)|\bbootstrap\.cc?:\d+\b[^\n]*\bWARN\b|"
+    r"\bNCCL INFO (?:transport/net(?:_socket)?\.cc|bootstrap\.cc?):\d+ -> 2\b")
+
+
 def _never_connected(ctx: PolicyContext) -> bool:
     """The job's processes never met, and the log shows no training before the failure: the root
     cause is a failure to reach the rendezvous endpoint (the master's c10d store, the elastic
@@ -218,6 +231,8 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "only_symptoms": lambda ctx: ctx.only_symptoms,
     # the log shows no training step or metric before the root cause (an excerpt may hide one)
     "before_training": lambda ctx: not ctx.trained_before,
+    "socket_setup": lambda ctx: any(_SOCKET_SETUP.search(line) and "Connection refused" not in line
+                                    for line in ctx.root_lines),
 }
 
 
