@@ -385,6 +385,8 @@ class ExceptionTable:
                 if not (spec.modules or spec.name_pattern or spec.message):
                     continue
                 score = (4 if spec.message else 0) + (2 if spec.name_pattern else 0) + (1 if spec.modules else 0)
+                if spec.last_resort:  # below a package family (score 1) whatever it names
+                    score -= 1.5
                 candidates.append((-score, order, spec))
         if not candidates:
             return FALLBACK

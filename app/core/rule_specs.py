@@ -127,6 +127,9 @@ class ExceptionEntrySpec(Strict):
     hint: str | None = None
     source: str  # where the class names come from (project, file or documentation page)
     examples: Examples
+    # a guess from the class's own name alone (`ConfigKeyError` most likely subclasses KeyError):
+    # ranked below every package family, so a known package's class keeps its family's type
+    last_resort: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

@@ -617,3 +617,28 @@ def test_an_error_before_the_interrupt_stays_the_cause(pipeline: Pipeline) -> No
     oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     d = diagnose(pipeline, f"{STEPS}\n{oom}\n{WAITING}\n")
     assert d.root_cause.error_type is ErrorType.OutOfMemoryError
+
+
+# ---- a class no entry names, by the built-in its name ends in ------------------------------------
+
+@pytest.mark.parametrize(("final", "want", "action"), [
+    ("omegaconf.errors.ConfigKeyError: Key 'lr_scheduler' is not in struct", ErrorType.KeyError, "no_retry"),
+    ("omegaconf.errors.ConfigAttributeError: Missing key use_ema", ErrorType.AttributeError, "no_retry"),
+    ("mylib.train.MissingDependencyError: flash_attn is required", ErrorType.ImportError, "no_retry"),
+    ("pydantic_core._pydantic_core.ValidationError: 1 validation error for TrainingConfig", ErrorType.ValueError,
+     "no_retry"),
+])
+def test_an_unknown_library_class_is_typed_by_its_name(pipeline: Pipeline, final: str, want: ErrorType,
+                                                        action: str) -> None:
+    text = ("step 10 loss 2.1\nTraceback (most recent call last):\n"
+            '  File "/work/train.py", line 88, in <module>\n    main(cfg)\n' + final + "\n")
+    d = diagnose(pipeline, text)
+    assert (d.root_cause.error_type, d.action.kind) == (want, action)
+
+
+def test_a_package_family_outranks_a_guess_from_the_class_name() -> None:
+    table = table_of(load_rules())
+    assert table.lookup_line("datasets.exceptions.MissingKeyError: x").error_type is ErrorType.DatasetLoadingError
+    assert table.lookup_line("mylib.MissingKeyError: x").error_type is ErrorType.KeyError
+    # a name that says nothing about its base stays a wrapper of an unknown cause
+    assert table.lookup_line("mylib.SomethingError: x") is FALLBACK
