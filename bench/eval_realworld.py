@@ -1,6 +1,6 @@
 """Accuracy of `logdx diagnose --json` over labelled real logs.
 
-Usage: python bench/eval_realworld.py [CASES_DIR ...] [--verbose] [--json OUT] [-j N] [--ablate NAMES]
+Usage: python bench/eval_realworld.py [CASES_DIR ...] [--verbose] [--json OUT] [-j N] [--ablate NAMES] [--only LIST]
 
 A case is a folder with `log.txt` and a label file: `meta.json` (the corpus in
 tests/golden/corpus) or `label.json` (../shared/realworld-dev). Labels: `root_cause` (canonical
@@ -13,6 +13,8 @@ one / three hosts logdx names hold a labelled host), per source (`source_kind` i
 the folder's name) and per expected family, false alarms on negative controls, the confusion of the
 misses, and the costly wrong actions: a wrong `isolate_and_restart` drains a healthy node, a wrong
 `no_retry` stops a job that would have run again; a wrong `retry` only costs one more attempt.
+`--only LIST` scores only the cases a file names (one folder name per line, `#` comments):
+tests/golden/sealed/mix_subset.txt, for one.
 `--ablate exceptions,signals` runs logdx with those mechanisms switched off (LOGDX_ABLATE,
 app/core/ablation.py); `-j N` scores N cases at a time.
 Defaults to ../shared/realworld-dev/cases relative to the repository root.
@@ -131,10 +133,15 @@ def main(argv: list[str]) -> int:
     out_json, argv = _option(argv, "--json")
     ablate, argv = _option(argv, "--ablate")
     jobs, argv = _option(argv, "-j")
+    only_file, argv = _option(argv, "--only")
+    only = None if only_file is None else {
+        ln.strip() for ln in Path(only_file).read_text().splitlines() if ln.strip() and not ln.startswith("#")}
     dirs = [Path(a) for a in argv if not a.startswith("-")] or [DEFAULT_CASES]
     cases = []
     for cases_dir in dirs:
         for case in sorted(p for p in cases_dir.iterdir() if p.is_dir()):
+            if only is not None and case.name not in only:
+                continue
             label = load_label(case)
             if label is not None and (case / "log.txt").exists():
                 cases.append((case, label))
