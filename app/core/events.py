@@ -54,6 +54,7 @@ class ErrorEvent:
     last_line: int = 0
     warning: bool = False  # every line it matched is a Python warning (see rank.py)
     retried: bool = False  # every line it matched is followed by a client's retry notice
+    teardown_alone: bool = False  # its rule's `teardown_alone` (see rank.py)
 
 
 def _canonical(name: str | None) -> ErrorType | None:
@@ -112,7 +113,8 @@ def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
             ev = ErrorEvent(
                 id="", error_type=etype, category=category, role=role, priority=priority,
                 rule_id=occ.rule.id, first_line=occ.line, count=0, text=occ.text,
-                action=spec.action, hint=spec.hint, first_rank=occ.rank, first_host=occ.host)
+                action=spec.action, hint=spec.hint, first_rank=occ.rank, first_host=occ.host,
+                teardown_alone=spec.teardown_alone)
             if cls is not None:
                 ev.role, ev.priority, ev.rule_id, ev.hint, ev.action = cls.role, cls.priority, cls.rule_id, cls.hint, cls.action
                 ev.recovered, ev.chained = cls.recovered, cls.chained

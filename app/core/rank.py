@@ -210,6 +210,14 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: froze
         return _no_events(log, harmless)
     mark_recovered(events, log)
     mark_peer_consequences(events)
+    # (an NCCL warning no rule types, `Unknown`, says nothing either way)
+    live = [ev for ev in events if not ev.recovered
+            and not (ev.error_type is ErrorType.Unknown and ev.role is Role.SYMPTOM)]
+    if live and all(ev.teardown_alone for ev in live):
+        # only what the communicators print while the processes exit (NCCL's proxy thread losing
+        # its local connections), with no process's own error: the log shows no failure
+        for ev in live:
+            ev.recovered = True
     root = max(events, key=_key)
     if root.recovered:  # every error was followed by more training: the job stalled later
         return _stalled_after_recovered(events, log, harmless)

@@ -58,6 +58,10 @@ class DiagnosisRuleSpec(_RuleBase):
     catalog: bool = False
     # where the rule's wording comes from (project, file, version or doc URL)
     source: Annotated[str, Check(min_length=1)] | None = None
+    # a symptom that the communicators' teardown prints too (NCCL's proxy service thread losing
+    # its local connections when the processes exit): when every event of a log is such a one,
+    # the log shows no failure (rank.py)
+    teardown_alone: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

@@ -107,3 +107,24 @@ def test_nan_before_a_completion_marker_is_still_the_failure(pipe):
         "Training completed. Do not forget to share your model on huggingface.co/models =)"]
     d = run(pipe, "\n".join(lines) + "\n")
     assert d.root_cause.error_type == "NaNLoss"
+
+
+# NCCL's proxy service thread losing its local connections, as every process prints it when its
+# communicator is destroyed or aborted at exit (two NCCL releases' wordings)
+PROXY_TEARDOWN = [
+    "node-7:2374:2994 [0] proxy.cc:1497 NCCL WARN [Service thread] Could not receive type from localRank 0, res=3, closed=0",
+    "node-7:2374:2994 [0] proxy.cc:1521 NCCL WARN [Proxy Service 0] Failed to execute operation Close from rank 0, retcode 3",
+    "node-7:1772561:1773212 [2] NCCL INFO [Service thread] Connection closed by localRank 2",
+]
+
+
+def test_proxy_teardown_lines_alone_are_no_failure(pipe):
+    d = run(pipe, "\n".join(hf_steps(20) + ["Saved model to /ckpt/final"] + PROXY_TEARDOWN) + "\n")
+    assert no_failure(d)
+
+
+def test_proxy_lines_after_a_real_error_stay_its_symptoms(pipe):
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)"
+    d = run(pipe, "\n".join(hf_steps(20) + [oom] + PROXY_TEARDOWN) + "\n")
+    assert d.root_cause.error_type == "OutOfMemoryError"
+    assert {c.role for c in d.co_occurring if c.error_type == "NCCLRemoteError"} == {"symptom"}
