@@ -187,10 +187,10 @@ def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
 
 def _retries_failed(ev: ErrorEvent, events: list[ErrorEvent], last_output: int) -> bool:
     """A retried request is handled by its client, unless the retries never got through: the log
-    ends in the retry loop (its last output is the error and the client's notices, with no failure of
-    another family after them), or the client
-    gives up right after it with an error of the same family (`Network error (ConnectTimeout),
-    entering retry loop`, then `Run initialization has timed out`)."""
+    ends in the retry loop (its last output is the error and the client's notices, with no failure
+    of another family after them), or the client gives up right after it with an error of the same
+    family (`Network error (ConnectTimeout), entering retry loop`, then `Run initialization has
+    timed out`)."""
     end = ev.last_line + RETRY_LOOKAHEAD
     family = family_of(ev.error_type)
     if last_output <= end:

@@ -72,7 +72,7 @@ _WS_SPLIT = regexcache.compile(r"\s{2,}|\t")
 _DIGIT_RUNS = re.compile(r"(\d+)")
 _WORD_SEPS = str.maketrans("_./-\t", "     ")
 
-_LOSS_WORDS = frozenset({"loss", "cost", "ppl", "perplexity", "gnorm"})  # Marian and Nematus print "Cost"
+_LOSS_WORDS = frozenset({"loss", "cost", "ppl", "perplexity", "gnorm"})  # Marian prints its loss as "Cost"
 _LOSS_SUFFIX = frozenset({"step", "epoch", "avg", "mean", "total", "train", "value"})
 _NOT_LOSS = frozenset({"scale", "scaler", "best", "min", "prev", "previous", "init", "initial", "target",
                        "skipped", "nan", "max", "threshold", "weight", "coef", "coeff", "type", "fn"})
