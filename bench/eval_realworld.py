@@ -14,7 +14,7 @@ the folder's name) and per expected family, false alarms on negative controls, t
 misses, and the costly wrong actions: a wrong `isolate_and_restart` drains a healthy node, a wrong
 `no_retry` stops a job that would have run again; a wrong `retry` only costs one more attempt.
 `--only LIST` scores only the cases a file names (one folder name per line, `#` comments):
-tests/golden/sealed/mix_subset.txt, for one.
+bench/ua-uh-mix-subset.txt, for one.
 `--ablate exceptions,signals` runs logdx with those mechanisms switched off (LOGDX_ABLATE,
 app/core/ablation.py); `-j N` scores N cases at a time.
 Defaults to ../shared/realworld-dev/cases relative to the repository root.

@@ -179,8 +179,10 @@ EPOCH_STEPS = 1000
 
 
 def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
-    """How far into training a non-finite loss from a rule appeared: the step its line names; 0
-    when the log shows no training (no metric point, no progress marker) before it; else unknown."""
+    """How far into training a non-finite loss from a rule appeared: the step its line names, else
+    the step the last progress line before it reached; else unknown. A log that shows no training
+    before the loss is not read as step 0: a posted or tailed log is cut at its start as often as
+    not, and a run that diverged 300k steps in reads the same from its last lines."""
     if m := _STEP_ON_LINE.search(ev.text):
         return int(m.group(1))
     if signals.enabled() and (step := signals.step_of(ev.text, epochs=False)) is not None:
@@ -190,9 +192,7 @@ def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
     prior = [p for p in log.recent_progress if p.line < ev.first_line]
     if prior and prior[-1].step is not None and signals.enabled():  # the step training had reached
         return prior[-1].step
-    if prior or any(p.line < ev.first_line for p in log.metrics):
-        return None  # (metric lines before it: a logger prints one every N steps, N unknown)
-    return 0
+    return None  # (metric lines before it: a logger prints one every N steps, N unknown)
 
 
 def _step_of(text: str) -> int | None:

@@ -63,10 +63,13 @@ def test_a_nan_the_same_quantity_recovers_from_is_a_skipped_step(pipe):
     assert d.root_cause.error_type == "NaNLoss"
 
 
-def test_nan_with_no_training_before_it_is_investigated(pipe):
-    d = run(pipe, "loading model\nloss tensor(nan, device='cuda:0', dtype=torch.float16)\n")
+def test_nan_in_the_first_steps_is_investigated_and_a_nan_of_unknown_step_rolled_back(pipe):
+    d = run(pipe, "epoch: 0|step: 3|ppo_ep: 1|act_loss: inf|cri_loss: inf\n")  # the line names step 3
     assert (d.root_cause.error_type, d.action.kind) == ("NaNLoss", "investigate")
     d = run(pipe, "epoch: 0|step: 3196|ppo_ep: 1|act_loss: inf|cri_loss: inf\n")  # the line names a late step
+    assert (d.root_cause.error_type, d.action.kind) == ("NaNLoss", "rollback_and_skip")
+    # no training shown before it: the log may be cut at its start, so the step is unknown
+    d = run(pipe, "loading model\nloss tensor(nan, device='cuda:0', dtype=torch.float16)\n")
     assert (d.root_cause.error_type, d.action.kind) == ("NaNLoss", "rollback_and_skip")
 
 
