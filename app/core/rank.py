@@ -170,16 +170,30 @@ def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:
     return any(finite.search(text) for text in later)
 
 
+# the trainer's own guard says it dropped that update (espnet `The grad norm is nan. Skipping
+# updating the model.` / `Do not update model.`, DeepSpeed `OVERFLOW! Rank 0 Skipping step.`)
+_SKIP_NOTICE = regexcache.compile(r"(?i)\bskip(?:ping|ped)?\b[^\n]{0,40}\b(?:step|update|updating|batch|iteration)|\bdo not update\b")
+
+
+def _guarded_skip(ev: ErrorEvent, log: CompressedLog) -> bool:
+    """One non-finite value on a line that says its update was skipped, with output after it: the
+    guard did its job (a run stuck on non-finite values prints the notice again and again)."""
+    return ev.count == 1 and bool(_SKIP_NOTICE.search(ev.text)) and _last_output_line(log) > ev.last_line
+
+
 def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
     before = survived_before(log)
     last_output = _last_output_line(log) if any(ev.retried for ev in events) else 0
     for ev in events:
         # a non-finite loss is not cured by more steps: training "going on" with nan is the fault,
-        # unless the same quantity is finite again later (an fp16 step the loss scaler skipped)
+        # unless the same quantity is finite again later (an fp16 step the loss scaler skipped); a
+        # value read from a metric line, also when a lone one was skipped by the trainer's guard
+        # (the loss-scale rules' own skip notices are theirs to judge: a scale at its floor fails)
         if ev.error_type is ErrorType.NaNLoss and not ev.rule_id.startswith("metrics."):
             ev.recovered = _finite_again(ev, log)
             continue
         if ev.rule_id.startswith("metrics."):
+            ev.recovered = ev.error_type is ErrorType.NaNLoss and _guarded_skip(ev, log)
             continue
         if ev.last_line < before or (ev.retried and not _retries_failed(ev, events, last_output)):
             ev.recovered = True

@@ -41,11 +41,11 @@ from app.core import ablation, regexcache
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _NONFINITE = r"[-+]?(?:[nN][aA][nN]|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)"
 _WRAP = r"(?:(?:tensor|np\.float\d*|float\d*|array|Array)\(\[?)?"
-# a key (one or two words, possessive: a key never gives back letters, ~1.7x faster), its
+# a key (one or two words and a copula, `grad norm is nan`; possessive: a key never gives back letters, ~1.7x faster), its
 # separator, an optional wrapper/bracket, the value (a sentence's full stop may follow it:
 # `Model diverged with loss = NaN.`; a version's second dot may not), an optional total
 _PAIR_RE = regexcache.compile(
-    r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*+(?: [A-Za-z][\w/-]*+)?)['\"]?(?:\(\w+\))?\]?"
+    r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*+(?: [A-Za-z][\w/-]*+)?(?: (?:is|was))?)['\"]?(?:\(\w+\))?\]?"
     r"(?P<sep>\s*[:=]\s*|\s+)\[?\s*['\"]?" + _WRAP
     + r"(?P<val>" + _NONFINITE + r"|" + _NUM + r")(?![\w(])(?!\.[\w(])['\"]?(?:\s*/\s*(?P<total>\d+)\b)?")
 # mmengine / Lightning-style `[e][ b/B]` after an epoch key, and PyTorch's examples'
@@ -94,8 +94,11 @@ def enabled() -> bool:
 _COPULA = frozenset({"is", "was"})  # `Loss is 1.15` (BigDL, Spark-style prose metrics)
 
 
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # `IDLoss`, `trainLoss`, `gradNorm`
+
+
 def _words(key: str) -> list[str]:
-    words = key.lower().translate(_WORD_SEPS).split()
+    words = _CAMEL.sub(" ", key).lower().translate(_WORD_SEPS).split()
     if len(words) > 1 and words[-1] in _COPULA:
         words.pop()
     return words

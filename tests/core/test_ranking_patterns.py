@@ -63,6 +63,15 @@ def test_a_nan_the_same_quantity_recovers_from_is_a_skipped_step(pipe):
     assert d.root_cause.error_type == "NaNLoss"
 
 
+def test_a_lone_nan_the_trainer_skipped_is_recovered_a_repeated_one_is_not(pipe):
+    skip = "2021-04-23 19:22:{s:02d},420 (trainer:581) WARNING: The grad norm is nan. Skipping updating the model."
+    going = "2021-04-23 19:23:{s:02d},245 (trainer:636) INFO: 2epoch:train:12009-12640batch: iter_time=3.1e-04, acc=0.9"
+    d = run(pipe, "\n".join([skip.format(s=1), going.format(s=2), going.format(s=3)]) + "\n")
+    assert d.root_cause.error_type == "Unknown"
+    d = run(pipe, "\n".join([skip.format(s=k) for k in range(1, 8)] + [going.format(s=9), skip.format(s=10)]) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("NaNLoss", "rollback_and_skip")
+
+
 def test_nan_in_the_first_steps_is_investigated_and_a_nan_of_unknown_step_rolled_back(pipe):
     d = run(pipe, "epoch: 0|step: 3|ppo_ep: 1|act_loss: inf|cri_loss: inf\n")  # the line names step 3
     assert (d.root_cause.error_type, d.action.kind) == ("NaNLoss", "investigate")

@@ -74,6 +74,10 @@ def test_finite_pairs_give_step_and_values(line, step, values):
     ("| E6 iter[ 14/ 15] | [Loss] nan | [exp] ./exp/run1 | [step]   104 | [time] 0.4m", 104, "loss"),
     ("iter 4500   time/iter: 0.49  lr: 0.000100 loss_mn: nan loss_c: nan   loss_mse: nan", 4500, "loss"),
     ("Epoch [3][120/500]\tlr: 1.0e-02, loss_rpn_cls: nan, loss_bbox: 0.31", None, "loss"),
+    # a camelCase key (MXNet's Speedometer prints the metric's own name), a two-word key in prose
+    ("2021-08-12 05:44:07,141 Epoch[1] Batch[7] Speed: 143.86 samples/sec,  IDLoss=nan,", None, "loss"),
+    ("[user] 2021-04-23 19:22:52,420 (trainer:581) WARNING: The grad norm is nan. Skipping updating the model.",
+     None, "grad_norm"),
 ])
 def test_non_finite_values_in_every_pair_layout(line, step, key):
     sig, reading = read([line])
@@ -142,6 +146,8 @@ def test_key_kinds():
                                       "max_steps", "warmup_steps", "time/step")] == \
         ["step", "step", "step", "step", "epoch", "batch", None, None, None]
     assert counter_kind("it", "=") == "step" and counter_kind("it", " ") is None
+    assert [loss_kind(k) for k in ("IDLoss", "trainLoss", "gradNorm", "ValLoss", "lossScale", "BestLoss")] == \
+        ["loss", "loss", "grad_norm", "eval", None, None]
 
 
 def test_an_epoch_stands_in_for_the_step_only_where_asked():
