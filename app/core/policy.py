@@ -42,17 +42,21 @@ class PolicyContext:
 
 def _silent_ranks(ctx: PolicyContext) -> bool:
     """Some ranks in 0..max(rank) never reported the collective timeout: one of them is stuck."""
-    if len(ctx.event_ranks) < 2:
-        return False
-    universe = set(range(max(ctx.event_ranks | ctx.known_ranks) + 1))
-    return bool(universe - ctx.event_ranks)
+    return bool(silent_ranks(ctx))
 
 
 def silent_ranks(ctx: PolicyContext) -> list[int]:
-    if not _silent_ranks(ctx):
+    """The ranks in 0..max(rank) that did not report the timeout: those the log shows printing
+    something else, and the ones it never shows as long as they are fewer than the ranks that
+    reported it (one stuck rank among many; a log of one node, ranks 13 and 14 of 15, says nothing
+    of the thirteen others)."""
+    if len(ctx.event_ranks) < 2:
         return []
     universe = set(range(max(ctx.event_ranks | ctx.known_ranks) + 1))
-    return sorted(universe - ctx.event_ranks)
+    missing = universe - ctx.event_ranks
+    if len(missing - ctx.known_ranks) >= len(ctx.event_ranks):
+        missing &= ctx.known_ranks
+    return sorted(missing)
 
 
 # torch's ProcessGroupNCCL numbers a group's collectives: `WorkNCCL(SeqNum=1, OpType=ALLGATHER ...)`,

@@ -192,6 +192,13 @@ def test_collective_timeout_with_a_silent_rank_investigates_that_rank(pipe):
     assert d.action.kind == "investigate" and d.action.suspect_ranks == [0]
     d = run(pipe, lines[0].replace("Rank 3", "Rank 0") + "\n")
     assert d.action.kind == "retry"
+    # one node's log (ranks 13 and 14 report it, no other rank prints): not thirteen silent ranks
+    node = [line.replace("Rank 3", f"Rank {r}") for r in (13, 14) for line in lines[:1]]
+    d = run(pipe, "\n".join(node) + "\n")
+    assert d.action.kind == "retry" and d.action.suspect_ranks == []
+    # ... but a rank that the log shows printing and that did not report it is silent
+    d = run(pipe, "[Rank 4] loading shard 7\n" + "\n".join(node) + "\n")
+    assert d.action.kind == "investigate" and d.action.suspect_ranks == [4]
 
 
 def test_error_words_without_rules_give_unknown_with_low_confidence(pipe):
