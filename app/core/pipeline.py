@@ -21,11 +21,11 @@ from app.core.fields import PLACEHOLDER_HOSTS
 from app.core.ingest import Limits
 from app.core.onset import refine_onset
 from app.core.placement import JobPlacement, block_hosts, name_hosts, ranked_suspect_hosts, session_host
-from app.core.policy import PolicyContext, decide, silent_ranks
+from app.core.policy import PolicyContext, decide, silent_ranks, uses_loopback_interface
 from app.core.rank import ENDS_ON_STEP, Ranking, rank_events, stalled_root
 from app.core.rules import RuleSet, load_rules
 from app.core.secrets import redact_obj
-from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, Versions, family_of
+from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, ErrorType, Versions, family_of
 
 Source = str | Path | BinaryIO
 
@@ -150,7 +150,9 @@ class Pipeline:
             trained_before=ev is not None and (
                 any(p.line < ev.first_line for p in log.recent_progress)
                 or any(m.line < ev.first_line for m in log.metrics[:1])),
-            root_frames=frames)
+            root_frames=frames,
+            loopback_interface=root.error_type is ErrorType.NetworkError
+            and uses_loopback_interface(t.text for t in log.templates))
         decision = decide(ctx, self.ruleset.policies)
         hosts: list[str] = []
         ranks: list[int] = []

@@ -37,6 +37,9 @@ class PolicyContext:
     trained_before: bool = False
     # `path:function` of the traceback frames printed above the root cause's exception lines
     root_frames: tuple[str, ...] = ()
+    # the log shows the job's communication library bound to an interface no peer can reach
+    # (`loopback_interface`, see LOOPBACK_INTERFACE)
+    loopback_interface: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -165,16 +168,35 @@ _COLLECTIVE_FRAME = regex.compile(rf":{_COLLECTIVE_FUNC}$")
 
 
 # NCCL (and the libraries that copy its bootstrap: RCCL, Neuron's CCOM) failing to set up its TCP
-# connections: a connect that failed or gave up, or a failure the WARN's source file places in
+# connections: a connect that failed or gave up (a WARN, or NCCL's connect functions' own retry
+# notices at INFO level: `socketPollConnect: connect returned No route to host, retrying (34/34)`,
+# which are the root cause only when the loop never got through), or a failure the WARN's source file places in
 # the bootstrap, or the socket transport's set-up as its return-code trace shows it. A recv or
 # send on a connection that had been up is not set-up (a peer lost mid-run), nor are the IB verbs
 # transport's completion errors (the fabric's). A refused connect is left out too: the peer's
 # host answered and nothing listened, which is the peer process (not started yet, or gone) more
 # than the route; a timeout, an unreachable network or an aborted connect is the route.
 _SOCKET_SETUP = regex.compile(
-    r"\bWARN\b[^\n]*?(?:\bCall to connect\b|\b[Cc]onnect to \S+ failed|\bsocket(?:Start|Poll)Connect\b|"
-    r"\b[Cc]onnect(?: to \S+)? returned\b)|\bbootstrap\.cc?:\d+\b[^\n]*\bWARN\b|"
+    r"\bWARN\b[^\n]*?(?:\bCall to connect\b|\b[Cc]onnect to \S+ failed|\b[Cc]onnect(?: to \S+)? returned\b)|"
+    r"\bsocket(?:Start|Poll)Connect\b|\bNCCL INFO Call to connect returned\b|\bbootstrap\.cc?:\d+\b[^\n]*\bWARN\b|"
     r"\bNCCL INFO (?:transport/net(?:_socket)?\.cc|bootstrap\.cc?):\d+ -> 2\b")
+
+
+# The interface a communication library picked for traffic between hosts, when it is one no other
+# host can reach: NCCL's `NET/Socket : Using [0]lo:127.0.0.1<0>` / `Bootstrap : Using lo:127.0.0.1`
+# (and the older `NET : Using interface lo:127.0.0.1`), a docker bridge (`docker0`, 172.17.0.1) or a
+# link-local IPv6 tunnel address (fe80::), and Gloo's `Unable to resolve hostname to a (local)
+# address. Using the loopback address as fallback`. Sources: NVIDIA/nccl src/misc/socket.cc
+# (ncclFindInterfaces: "Using %s", interface name and address), pytorch/pytorch
+# torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (createDefaultDevice's loopback fallback warning).
+LOOPBACK_INTERFACE = regex.compile(
+    r"\bNCCL INFO (?:NET/Socket|NET|Bootstrap) ?: Using (?:interface )?(?:\[\d+\])?"
+    r"(?:lo:127\.|docker\d*:|[\w.-]+:172\.17\.0\.1\b|[\w.-]+:fe80::)"
+    r"|\bUnable to resolve hostname to a \(local\) address\. Using the loopback\b")  # (it wraps there)
+
+
+def uses_loopback_interface(texts) -> bool:
+    return any(LOOPBACK_INTERFACE.search(t) for t in texts)
 
 
 def _never_connected(ctx: PolicyContext) -> bool:
@@ -235,6 +257,7 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "only_symptoms": lambda ctx: ctx.only_symptoms,
     # the log shows no training step or metric before the root cause (an excerpt may hide one)
     "before_training": lambda ctx: not ctx.trained_before,
+    "loopback_interface": lambda ctx: ctx.loopback_interface,
     "socket_setup": lambda ctx: any(_SOCKET_SETUP.search(line) and "Connection refused" not in line
                                     for line in ctx.root_lines),
 }

@@ -78,3 +78,34 @@ def test_an_nccl_system_error_with_no_context_or_after_training_retries(pipe):
             "NCCL version 2.7.8", "ncclSystemError: System call (socket, malloc, munmap, etc) failed."]
     assert _diagnose(pipe, bare).action.kind == "retry"
     assert _diagnose(pipe, STEPS + DDP_INIT).action.kind == "retry"
+
+
+# NCCL's connect loop at INFO level that never got through: the route, not a transient
+ROUTE = ["node2:1183664:1184669 [0] NCCL INFO socketPollConnect: connect returned No route to host, retrying "
+         f"({n}/34) after sleep for {n * 100} msec" for n in range(30, 35)]
+
+
+def test_nccls_own_connect_retries_that_never_got_through_are_set_up_not_transient(pipe):
+    assert _diagnose(pipe, ROUTE).action.kind == "no_retry"
+    # the same notices after training ran: a route lost mid-run, retried
+    assert _diagnose(pipe, STEPS + ROUTE).action.kind == "retry"
+
+
+LOOPBACK = {
+    "nccl": ["host-a:2494:2756 [1] NCCL INFO NET : Using interface lo:127.0.0.1<0>",
+             "host-a:4153:4209 [1] include/socket.h:361 NCCL WARN Call to connect timeout : Connection refused"],
+    "gloo": ["[rank8] Warning: Unable to resolve hostname to a (local) address. Using the loopback",
+             "        address as fallback. Manually set the network interface with GLOO_SOCKET_IFNAME",
+             "[rank8] Gloo connectFullMesh failed ... timed out connecting: SO_ERROR: Connection refused,",
+             "        remote=[127.0.0.1]:14215"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOPBACK))
+def test_a_refused_connect_on_a_loopback_interface_is_set_up(pipe, name):
+    lines = LOOPBACK[name]
+    d = _diagnose(pipe, lines)
+    assert (d.root_cause.error_type, d.action.kind) == ("NetworkError", "no_retry")
+    # without the loopback line a refused connect is the peer process's: retried
+    d = _diagnose(pipe, [line for line in lines if "lo:127" not in line and "loopback" not in line.lower()])
+    assert d.action.kind != "no_retry"
