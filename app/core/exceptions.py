@@ -49,6 +49,9 @@ _PREFIX_RE = regexcache.compile(
     r"|(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9_-]*\d[a-z0-9_.-]*|[a-z][a-z0-9_]*-[a-z0-9_.-]+|\d{1,5}):\s)")
 _HEADER = "Traceback (most recent call last):"
 _FRAME_RE = regexcache.compile(r'^\s+File "(?P<path>[^"]*)", line \d+, in (?P<func>\S+)')
+# a frame's source line that raises a class by name: `    raise FileNotFoundError(f"Dict not found: {p}")`
+_RAISE_RE = regexcache.compile(r'^\s+raise (?P<cls>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout))'
+                               r'\((?:[rbfu]?(?P<q>["\'])(?P<msg>[^"\'\n]*)(?P=q))?')
 _CAUSE_SEP = "The above exception was the direct cause of the following exception"
 _CONTEXT_SEP = "During handling of the above exception, another exception occurred"
 # the final line of a traceback: `module.Class: message`, `module.Class`, Ray's
@@ -131,6 +134,7 @@ class _Stream:
     thread_line: int = -10**9  # line of an "Exception in thread" notice
     handled: bool = False  # the open traceback's caption says the program handled it
     last_exc: int | None = None  # index of the last record of this stream
+    raised: tuple[int, str, str, str] | None = None  # (line, text, class, message) of a `raise X(...)` source line
 
 
 def strip_prefix(text: str) -> tuple[str, str]:
@@ -239,6 +243,8 @@ def parse_tracebacks(lines: list[tuple[int, str]], anchors: set[int] | None = No
         if body[:1] in (" ", "\t"):
             if st.open:
                 st.last = line_no  # source line / caret markers of a frame
+                rm = _RAISE_RE.match(body)
+                st.raised = (line_no, text, rm.group("cls"), rm.group("msg") or "") if rm else None
             continue
         parsed = parse_exception_line(body, strict=not st.open)
         if parsed is None:
@@ -277,9 +283,20 @@ def parse_tracebacks(lines: list[tuple[int, str]], anchors: set[int] | None = No
             seen.setdefault(rec.key, rec)
         records.append(rec)
         st.open, st.frames, st.pending, st.start, st.thread_line, st.handled = False, [], None, None, -10**9, False
+        st.raised = None
         if rec.teardown:
             st.ignored = None
         st.last_exc, st.last = len(records) - 1, line_no
+    # a traceback cut after its last frame (a post trimmed there, a process killed mid-print):
+    # when that frame's source line raises a class by name, that is the exception it printed
+    for key, st in streams.items():
+        if st.open and st.raised is not None and st.raised[0] == st.last and st.frames:
+            line_no, text, qual, msg = st.raised
+            module, _, name = qual.rpartition(".")
+            records.append(ExceptionRecord(
+                line=line_no, text=text, start=st.start if st.start is not None else line_no, stream=key,
+                qualname=qual, module=module, name=name, message=msg, in_traceback=True, frames=list(st.frames),
+                handled=st.handled))  # (after the others: `chained_from` indexes stay valid)
     return records
 
 

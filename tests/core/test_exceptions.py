@@ -95,6 +95,28 @@ def test_direct_cause_chain_links_inner_to_outer() -> None:
     assert outer.name == "DatasetGenerationError" and outer.in_traceback
 
 
+CUT_AT_RAISE = """
+Traceback (most recent call last):
+  File "/src/fairseq/fairseq_cli/train.py", line 68, in main
+    task = tasks.setup_task(cfg.task)
+  File "/src/fairseq/fairseq/tasks/speech_to_text.py", line 58, in setup_task
+    raise FileNotFoundError(f"Dict not found: {dict_path}")
+"""
+
+
+def test_a_traceback_cut_after_a_raise_line_is_that_exception(pipeline: Pipeline) -> None:
+    (rec,) = records(CUT_AT_RAISE)
+    assert (rec.name, rec.message, rec.line, rec.in_traceback) == ("FileNotFoundError", "Dict not found: {dict_path}", 5, True)
+    d = diagnose(pipeline, CUT_AT_RAISE)
+    assert (d.root_cause.error_type, d.action.kind) == ("FileNotFoundError", "no_retry")
+    # the exception line that follows is the record (one, not two); a raise in a middle frame is no exception
+    assert [r.line for r in records(CUT_AT_RAISE + "FileNotFoundError: Dict not found: /data/dict.txt\n")] == [6]
+    middle = CUT_AT_RAISE.replace('    raise FileNotFoundError(f"Dict not found: {dict_path}")',
+                                  '    raise FileNotFoundError(f"Dict not found: {dict_path}")\n'
+                                  '  File "/src/x.py", line 3, in f\n    g()')
+    assert records(middle) == []
+
+
 def test_context_chain_with_rank_prefixes() -> None:
     inner, outer = records(HUB_CONTEXT_CHAIN)
     assert inner.name == "NewConnectionError" and inner.stream == "[rank0]:"
