@@ -165,3 +165,12 @@ def test_a_retry_that_got_through_is_recovered(pipe):
     d = run(pipe, "\n".join([RETRYING] * 2 + NCCL_UP + ["Loading the dataset ..."] * 3) + "\n")
     assert d.root_cause.error_type == "Unknown"
     assert [(c.error_type, c.role) for c in d.co_occurring] == [("NetworkError", "recovered")]
+
+
+def test_a_read_only_file_system_before_training_is_set_up_mid_run_a_storage_retry(pipe):
+    erofs = "OSError: [Errno 30] Read-only file system: '/model_dir/checkpoint-0'"
+    d = run(pipe, "loading dataset\n" + erofs + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("StorageError", "no_retry")
+    steps = "\n".join(f"{{'loss': {2 - i / 100:.4f}, 'learning_rate': 2e-05, 'epoch': {i / 100:.2f}}}" for i in range(1, 20))
+    d = run(pipe, steps + "\nSaving model checkpoint to /ckpt/checkpoint-3000\n" + erofs.replace("model_dir", "ckpt") + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("StorageError", "retry")
