@@ -277,9 +277,24 @@ RAY_ACTOR_EXIT = """
 """
 
 
+# multiprocessing's finalizer removing a worker's temp dir as the worker exits
+PYMP_FINALIZER = """
+Traceback (most recent call last):
+  File "/usr/lib/python3.10/multiprocessing/util.py", line 300, in _run_finalizers
+    finalizer()
+  File "/usr/lib/python3.10/multiprocessing/util.py", line 224, in __call__
+    res = self._callback(*self._args, **self._kwargs)
+  File "/usr/lib/python3.10/multiprocessing/util.py", line 133, in _remove_temp_dir
+    rmtree(tempdir)
+  File "/usr/lib/python3.10/shutil.py", line 729, in rmtree
+    os.rmdir(path)
+OSError: [Errno 39] Directory not empty: '/tmp/pymp-7a7ja_j_'
+"""
+
+
 @pytest.mark.parametrize("text,why", [
     (DATALOADER_DEL, "__del__"), (ATEXIT_WANDB, "atexit"), (SHUTDOWN_THREAD, "shutdown"), (DEL_FRAME_ONLY, "__del__"),
-    (RAY_ACTOR_EXIT, "exit status 0"),
+    (RAY_ACTOR_EXIT, "exit status 0"), (PYMP_FINALIZER, "_run_finalizers"),
 ])
 def test_teardown_exceptions_are_marked(text: str, why: str) -> None:
     (rec,) = records(text)
