@@ -173,12 +173,15 @@ def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:
 # the trainer's own guard says it dropped that update (espnet `The grad norm is nan. Skipping
 # updating the model.` / `Do not update model.`, DeepSpeed `OVERFLOW! Rank 0 Skipping step.`)
 _SKIP_NOTICE = regexcache.compile(r"(?i)\bskip(?:ping|ped)?\b[^\n]{0,40}\b(?:step|update|updating|batch|iteration)|\bdo not update\b")
+# ... but not a counter field of a metrics line (Megatron's `number of skipped iterations:   1`)
+_SKIP_COUNTER = regexcache.compile(r"(?i)\bskipped[ _]iter(?:ation)?s?\b\s*[:=]")
 
 
 def _guarded_skip(ev: ErrorEvent, log: CompressedLog) -> bool:
     """One non-finite value on a line that says its update was skipped, with output after it: the
     guard did its job (a run stuck on non-finite values prints the notice again and again)."""
-    return ev.count == 1 and bool(_SKIP_NOTICE.search(ev.text)) and _last_output_line(log) > ev.last_line
+    return (ev.count == 1 and bool(_SKIP_NOTICE.search(_SKIP_COUNTER.sub("", ev.text)))
+            and _last_output_line(log) > ev.last_line)
 
 
 def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:

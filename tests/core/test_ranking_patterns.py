@@ -174,3 +174,17 @@ def test_a_read_only_file_system_before_training_is_set_up_mid_run_a_storage_ret
     steps = "\n".join(f"{{'loss': {2 - i / 100:.4f}, 'learning_rate': 2e-05, 'epoch': {i / 100:.2f}}}" for i in range(1, 20))
     d = run(pipe, steps + "\nSaving model checkpoint to /ckpt/checkpoint-3000\n" + erofs.replace("model_dir", "ckpt") + "\n")
     assert (d.root_cause.error_type, d.action.kind) == ("StorageError", "retry")
+
+
+def test_a_metrics_lines_skipped_iterations_counter_is_no_skip_notice(pipe):
+    # Megatron prints `number of skipped iterations: N` on every iteration line: a field, not the
+    # guard saying it dropped this update
+    # (a loss key no rule names, read format-free; the next line no longer prints it)
+    line = (" iteration {n:8d}/  159576 | consumed samples: {s:12d} | learning rate: 5.000E-05 | TrainLoss: {v} "
+            "| number of skipped iterations: {k:3d} | number of nan iterations: {k:3d} |")
+    lines = [line.format(n=n, s=n * 28, v="2.431", k=0) for n in range(9020, 9027)]
+    lines += [line.format(n=9027, s=9027 * 28, v="nan", k=1),
+              line.format(n=9028, s=9028 * 28, v="x", k=1).replace("| TrainLoss: x ", ""),
+              "[2022-03-10 08:01:12,004] [INFO] [logging.py:68:log_dist] [Rank 0] step=9028, skipped=1"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "NaNLoss"
