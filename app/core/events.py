@@ -192,7 +192,8 @@ def _steps_before(log: CompressedLog, ev: ErrorEvent) -> int | None:
     prior = [p for p in log.recent_progress if p.line < ev.first_line]
     if prior and prior[-1].step is not None and signals.enabled():  # the step training had reached
         return prior[-1].step
-    return None  # (metric lines before it: a logger prints one every N steps, N unknown)
+    # (metric lines before it say no more: a logger prints one every N steps, N unknown)
+    return None
 
 
 def _step_of(text: str) -> int | None:
