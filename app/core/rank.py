@@ -177,16 +177,20 @@ _SKIP_NOTICE = regexcache.compile(r"(?i)\bskip(?:ping|ped)?\b[^\n]{0,40}\b(?:ste
 _SKIP_COUNTER = regexcache.compile(r"(?i)\bskipped[ _]iter(?:ation)?s?\b\s*[:=]")
 
 
-def _guarded_skip(ev: ErrorEvent, log: CompressedLog) -> bool:
-    """One non-finite value on a line that says its update was skipped, with output after it: the
-    guard did its job (a run stuck on non-finite values prints the notice again and again)."""
+def _guarded_skip(ev: ErrorEvent, last_output: int) -> bool:
+    """One non-finite value on a line that says its update was skipped, with output after it (the
+    log's last output line is later): the guard did its job (a run stuck on non-finite values
+    prints the notice again and again)."""
     return (ev.count == 1 and bool(_SKIP_NOTICE.search(_SKIP_COUNTER.sub("", ev.text)))
-            and _last_output_line(log) > ev.last_line)
+            and last_output > ev.last_line)
 
 
 def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
     before = survived_before(log)
-    last_output = _last_output_line(log) if any(ev.retried for ev in events) else 0
+    # (one pass over the templates, only when a retried error or a metric NaN needs it)
+    last_output = _last_output_line(log) if any(
+        ev.retried or (ev.rule_id.startswith("metrics.") and ev.error_type is ErrorType.NaNLoss)
+        for ev in events) else 0
     for ev in events:
         # a non-finite loss is not cured by more steps: training "going on" with nan is the fault,
         # unless the same quantity is finite again later (an fp16 step the loss scaler skipped); a
@@ -196,7 +200,7 @@ def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
             ev.recovered = _finite_again(ev, log)
             continue
         if ev.rule_id.startswith("metrics."):
-            ev.recovered = ev.error_type is ErrorType.NaNLoss and _guarded_skip(ev, log)
+            ev.recovered = ev.error_type is ErrorType.NaNLoss and _guarded_skip(ev, last_output)
             continue
         if ev.last_line < before or (ev.retried and not _retries_failed(ev, events, last_output)):
             ev.recovered = True
