@@ -179,20 +179,27 @@ _COLLECTIVE_FRAME = regex.compile(rf":{_COLLECTIVE_FUNC}$")
 _SOCKET_SETUP = regex.compile(
     r"\bWARN\b[^\n]*?(?:\bCall to connect\b|\b[Cc]onnect to \S+ failed|\b[Cc]onnect(?: to \S+)? returned\b)|"
     r"\bsocket(?:Start|Poll)Connect\b|\bNCCL INFO Call to connect returned\b|\bbootstrap\.cc?:\d+\b[^\n]*\bWARN\b|"
-    r"\bNCCL INFO (?:transport/net(?:_socket)?\.cc|bootstrap\.cc?):\d+ -> 2\b")
+    r"\bNCCL INFO (?:transport/net(?:_socket)?\.cc|bootstrap\.cc?):\d+ -> 2\b|"
+    # MPI's transports wiring up the ranks: Open MPI's TCP BTL connect (btl_tcp_endpoint.c) and
+    # UCX's socket connect (ucs/sys/sock.c), both with the socket's errno
+    r"\bUnable to connect to the peer \S+ on port \d+:|\bmca_btl_tcp_endpoint_complete_connect\] connect\(\) to\b|"
+    r"\bUCX\s+ERROR\b[^\n]*?\bconnect\(fd=\d+, dest_addr=")
 
 
 # The interface a communication library picked for traffic between hosts, when it is one no other
 # host can reach: NCCL's `NET/Socket : Using [0]lo:127.0.0.1<0>` / `Bootstrap : Using lo:127.0.0.1`
 # (and the older `NET : Using interface lo:127.0.0.1`), a docker bridge (`docker0`, 172.17.0.1) or a
-# link-local IPv6 tunnel address (fe80::), and Gloo's `Unable to resolve hostname to a (local)
+# link-local IPv6 tunnel address (fe80::) or a connect to the docker bridge's address, and Gloo's `Unable to resolve hostname to a (local)
 # address. Using the loopback address as fallback`. Sources: NVIDIA/nccl src/misc/socket.cc
 # (ncclFindInterfaces: "Using %s", interface name and address), pytorch/pytorch
 # torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (createDefaultDevice's loopback fallback warning).
 LOOPBACK_INTERFACE = regex.compile(
     r"\bNCCL INFO (?:NET/Socket|NET|Bootstrap) ?: Using (?:interface )?(?:\[\d+\])?"
     r"(?:lo:127\.|docker\d*:|[\w.-]+:172\.17\.0\.1\b|[\w.-]+:fe80::)"
-    r"|\bUnable to resolve hostname to a \(local\) address\. Using the loopback\b")  # (it wraps there)
+    r"|\bUnable to resolve hostname to a \(local\) address\. Using the loopback\b"  # (it wraps there)
+    # a connect whose destination is docker's default bridge address, which every host has: the
+    # peer advertised its docker0 address (UCX's `connect(fd=N, dest_addr=172.17.0.1:P) failed`)
+    r"|\bdest_addr=172\.17\.0\.1:")
 
 
 def uses_loopback_interface(texts) -> bool:
