@@ -224,6 +224,21 @@ def _retries_failed(ev: ErrorEvent, events: list[ErrorEvent], last_output: int) 
                and not e.retried for e in events)
 
 
+def _wrapped_teardown(events: list[ErrorEvent]) -> None:
+    """A wrapper printed once takes the state of the message it carries on the next lines: of a
+    teardown symptom (`terminate called after throwing an instance of 'c10::CUDAError'` then
+    `what():  CUDA error: driver shutting down`) it is that teardown, the process aborting while
+    it exited; of a recovered error it is recovered."""
+    for ev in events:
+        if ev.role not in (Role.SYMPTOM, Role.WRAPPER) or ev.count != 1 or ev.recovered or ev.teardown_alone:
+            continue
+        carried = [e for e in events if e is not ev and 0 < e.first_line - ev.first_line <= 2]
+        if carried and all(e.teardown_alone for e in carried):
+            ev.teardown_alone = True
+        elif carried and all(e.recovered for e in carried):
+            ev.recovered = True
+
+
 def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: frozenset[int] = frozenset()) -> Ranking:
     """`harmless`: lines of tracebacks printed at teardown or ignored (app/core/exceptions.py),
     which are not error-looking lines of a log with no failure."""
@@ -231,6 +246,7 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: froze
         return _no_events(log, harmless)
     mark_recovered(events, log)
     mark_peer_consequences(events)
+    _wrapped_teardown(events)
     # (an NCCL warning no rule types, `Unknown`, says nothing either way)
     live = [ev for ev in events if not ev.recovered
             and not (ev.error_type is ErrorType.Unknown and ev.role is Role.SYMPTOM)]

@@ -227,6 +227,21 @@ def test_cuda_teardown_error_is_not_the_cause():
     assert d.root_cause.error_type is ErrorType.ValueError
 
 
+
+@pytest.mark.parametrize("what, expected", [
+    # the C++ abort carries the runtime's shutdown: the process died while exiting, no failure
+    ("CUDA error: driver shutting down", ErrorType.Unknown),
+    # the same abort carrying a kernel fault is that fault
+    ("CUDA error: an illegal memory access was encountered", ErrorType.CUDAError),
+])
+def test_a_cpp_abort_takes_the_state_of_what_it_carries(what, expected):
+    log = ("epoch 99 | step 9900 | loss 0.79231 | accuracy 0.8823\n"
+           "terminate called after throwing an instance of 'c10::CUDAError'\n"
+           f"  what():  {what}\n"
+           "Exception raised from query at /opt/pytorch/aten/src/ATen/cuda/CUDAEvent.h:95 (most recent call first):\n")
+    d = _diagnose(log)
+    assert d.root_cause.error_type is expected
+
 XID_SYSLOG = ("Jul 14 03:12:40 node-12 kernel: NVRM: GPU at PCI:0000:3b:00: GPU-1a2b3c4d\n"
               "Jul 14 03:12:55 node-12 kernel: NVRM: Xid (PCI:0000:3b:00): 46, pid=2178, name=python, GPU stopped processing\n")
 XID_DMESG_APP = ("[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, "
