@@ -319,6 +319,26 @@ class TableMatch:
     specific: bool  # a class (or class + message) entry, not a package family or the fallback
 
 
+# an HTTP client's own frames: a socket error raised under them (`OSError: [Errno 101] Network is
+# unreachable` from urllib3's create_connection) is a request to an external service (a hub, a
+# data or metrics endpoint) that failed, not the cluster's own network between the ranks
+_HTTP_CLIENT_FRAME_RE = regexcache.compile(
+    r"(?:^|[/\\])(?:urllib3|requests|httpx|httpcore|aiohttp|huggingface_hub|fsspec[/\\]implementations[/\\]http)[/\\]"
+    r"|(?:^|[/\\])http[/\\]client\.py$|(?:^|[/\\])urllib[/\\]request\.py$")
+
+
+def _client_side(m: TableMatch, rec: ExceptionRecord) -> TableMatch:
+    """A network error the traceback shows raised inside an HTTP client is that client's
+    connection failure (ConnectionError, an external service; the exception table's class and
+    message reading stays for the rest)."""
+    if m.error_type is not ErrorType.NetworkError or not rec.frames:
+        return m
+    if not any(_HTTP_CLIENT_FRAME_RE.search(f.rsplit(":", 1)[0]) for f in rec.frames):
+        return m
+    return replace(m, error_type=ErrorType.ConnectionError, category=default_category(ErrorType.ConnectionError),
+                   entry_id=m.entry_id + ":http-client", action=None)
+
+
 # generic classes that often wrap a more specific one (named in their message)
 _GENERIC_WRAPPERS = frozenset({"exc.unknown-class", "exc.exc-runtime", "exc.exc-os"})
 _INNER_REPR_RE = regexcache.compile(
@@ -538,7 +558,7 @@ class ExceptionView:
         self.kept, anchors = kept_lines(log)
         self.records = parse_tracebacks(self.kept, anchors)
         self.by_line = {r.line: r for r in self.records}
-        self.matches = {r.line: self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner)
+        self.matches = {r.line: _client_side(self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r)
                         for r in self.records}
         done = log.completed.line if log.completed is not None else None
         went_on = recovered_before(log)

@@ -679,3 +679,27 @@ def test_a_package_family_outranks_a_guess_from_the_class_name() -> None:
     assert table.lookup_line("mylib.MissingKeyError: x").error_type is ErrorType.KeyError
     # a name that says nothing about its base stays a wrapper of an unknown cause
     assert table.lookup_line("mylib.SomethingError: x") is FALLBACK
+
+
+# ---- the frames say which side failed ---------------------------------------------------------------
+
+_SOCKET_ERROR_UNDER = """\
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/{frame}", line 198, in _new_conn
+    sock = connection.create_connection(
+  File "/opt/conda/lib/python3.10/site-packages/{frame2}", line 73, in create_connection
+    sock.connect(sa)
+OSError: [Errno 101] Network is unreachable
+"""
+
+
+@pytest.mark.parametrize("frame, frame2, expected", [
+    # raised inside an HTTP client: a request to an external service failed
+    ("urllib3/connection.py", "urllib3/util/connection.py", ErrorType.ConnectionError),
+    ("httpcore/_sync/connection.py", "httpcore/_backends/sync.py", ErrorType.ConnectionError),
+    # the same socket error in the job's own collective set-up stays the cluster's network
+    ("torch/distributed/rendezvous.py", "torch/distributed/elastic/utils/distributed.py", ErrorType.NetworkError),
+])
+def test_a_socket_error_in_an_http_client_is_a_connection_error(pipeline: Pipeline, frame, frame2, expected) -> None:
+    d = diagnose(pipeline, _SOCKET_ERROR_UNDER.format(frame=frame, frame2=frame2))
+    assert d.root_cause.error_type is expected
