@@ -103,10 +103,15 @@ _LOCATED_RES = [
                        r"lost|rebooted|had condition)"),
     regexcache.compile(r"\b(?:evicted from|on|from) node \"?(" + _LOCATED_HOST + r")\"?"),
     regexcache.compile(r"\bOwner Ip address:\s*(" + _IPV4 + r")"),
+    # slurmstepd's cancel banner when the node failed: "*** JOB 162 ON ip-10-0-16-42 CANCELLED AT
+    # 2019-12-29T05:31:10 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"
+    regexcache.compile(r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (" + _LOCATED_HOST + r") CANCELLED AT \S+ DUE TO NODE FAIL"),
+    # srun naming the node whose task the OOM killer took: "srun: error: nid006190: task 3: Out Of Memory"
+    regexcache.compile(r"\bsrun: error: (" + _LOCATED_HOST + r"): tasks? [\d,-]+: Out Of Memory\b"),
     regexcache.compile(r"\bnode_ip(?:_address)?[=:]\s*['\"]?(" + _IPV4 + r")"),
     regexcache.compile(r"(?i)\bnode (?:id[: ]+\S+ )?(?:and )?(?:address|ip)[: ]+(" + _IPV4 + r")"),
 ]
-_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<")
+_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<", "Out Of Memory")
 # Open MPI's help texts name the other end in a key-value line of their own, below the message:
 # "  Peer host:  node-7", "Remote daemon: [[11377,0],1] on node worker-0", the older "lost
 # communication with its daemon located on node:" over "  hostname:  node-7" (not "Local host:"

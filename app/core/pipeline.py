@@ -20,7 +20,9 @@ from app.core.exceptions import ExceptionView
 from app.core.fields import PLACEHOLDER_HOSTS
 from app.core.ingest import Limits
 from app.core.onset import refine_onset
-from app.core.placement import JobPlacement, block_hosts, name_hosts, ranked_suspect_hosts, session_host
+from app.core.placement import (
+    JobPlacement, allocated_host, block_hosts, name_hosts, ranked_suspect_hosts, session_host,
+)
 from app.core.policy import PolicyContext, decide, silent_ranks, uses_loopback_interface
 from app.core.rank import ENDS_ON_STEP, Ranking, rank_events, stalled_root
 from app.core.rules import RuleSet, load_rules
@@ -186,4 +188,7 @@ class Pipeline:
         # loss is reported by the survivors, so never the printing host)
         printers = {h for h in log.known_hosts if h.lower() not in PLACEHOLDER_HOSTS}
         sole = next(iter(printers)) if len(printers) == 1 and family_of(root.error_type.value) == "gpu" else None
-        return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session, sole_host=sole)
+        allocated = (allocated_host(log.templates) if action.kind is ActionKind.ISOLATE_AND_RESTART
+                     and not action.suspect_hosts else None)
+        return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session, sole_host=sole,
+                          allocated=allocated)

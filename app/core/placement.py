@@ -224,11 +224,33 @@ def block_hosts(ev, log) -> list[str]:
     return out
 
 
+# the scheduler's record of where the job ran, printed into its output: PBS's `Exec host:
+# gpu-2-17/5` (`host/cpu`, `+` between hosts) and Slurm's `NodeList=c014` (a host list for
+# several nodes). Only a single host is taken: a job that ran on one node had its fault there.
+_ALLOCATION_RE = regexcache.compile(
+    r"^\s*(?:Exec host|exec_host)\s*[:=]\s*([A-Za-z][\w.-]*)/[\d*]+\s*$"
+    r"|\bNodeList=([A-Za-z][\w.-]*)(?=\s|$)")
+
+
+def allocated_host(templates) -> str | None:
+    """The job's one host as the scheduler's lines in the log record it (see `_ALLOCATION_RE`),
+    else None (no such line, or lines that name different hosts)."""
+    found = set()
+    for t in templates:
+        if "xec" not in t.text and "NodeList=" not in t.text:
+            continue
+        if m := _ALLOCATION_RE.search(t.text):
+            found.add(m.group(1) or m.group(2))
+    return next(iter(found)) if len(found) == 1 else None
+
+
 def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None,
-               session: str | None = None, sole_host: str | None = None) -> Action:
+               session: str | None = None, sole_host: str | None = None,
+               allocated: str | None = None) -> Action:
     """An isolate action with its hosts named from the ranks it suspects (or, with no rank, from
-    the shell `session` the failure was printed in, or the `sole_host` every host-prefixed line of
-    the log names), or a reason saying that the node probe must find the host."""
+    the shell `session` the failure was printed in, the `sole_host` every host-prefixed line of
+    the log names, or the one host the scheduler's lines say the job was `allocated`), or a reason
+    saying that the node probe must find the host."""
     if action.kind is not ActionKind.ISOLATE_AND_RESTART or action.suspect_hosts:
         return action
     ranks = action.suspect_ranks
@@ -249,6 +271,10 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
         return replace(
             action, suspect_hosts=[sole_host],
             reason=f"{action.reason} Host {sole_host}: the only host the log's lines are printed by.")
+    if allocated is not None:
+        return replace(
+            action, suspect_hosts=[allocated],
+            reason=f"{action.reason} Host {allocated}: the job's only host, as the scheduler's lines in the log record it.")
     if job is not None:
         found = sorted({h for h in (job.host_of(r) for r in ranks) if h})
         if found:

@@ -235,3 +235,17 @@ def test_a_node_loss_in_one_hosts_log_does_not_name_the_survivor():
     d = Pipeline().diagnose(_log(*lines)).diagnosis  # the shipped rules (Slurm's NODE_FAIL)
     assert d.root_cause.error_type.value == "NodeFailure"
     assert "node-a" not in d.action.suspect_hosts
+
+
+@pytest.mark.parametrize("allocation, host", [
+    ("Exec host:  gpu-2-17/5", "gpu-2-17"),  # PBS/Torque's job record
+    ("[2022-05-27T10:42:30.509] sched: Allocate JobId=127441 NodeList=c014 #CPUs=2 Partition=gpu", "c014"),
+    ("Exec host:  gpu-2-17/5+gpu-2-18/5", None),  # two hosts: no guess
+    ("JobId=7 NodeList=gpu[01-02] BatchHost=gpu01", None),
+])
+def test_a_node_failure_of_a_one_host_job_names_its_host(allocation, host):
+    """The scheduler's record in the log says the job ran on one host: a node fault is there."""
+    lines = [allocation, "JobId=4242 JobName=train UserId=alice(1001) JobState=NODE_FAIL Reason=NodeDown"]
+    d = Pipeline().diagnose(_log(*lines)).diagnosis  # the shipped rules (Slurm's NODE_FAIL)
+    assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
+    assert d.action.suspect_hosts == ([host] if host else [])
