@@ -103,9 +103,6 @@ _LOCATED_RES = [
                        r"lost|rebooted|had condition)"),
     regexcache.compile(r"\b(?:evicted from|on|from) node \"?(" + _LOCATED_HOST + r")\"?"),
     regexcache.compile(r"\bOwner Ip address:\s*(" + _IPV4 + r")"),
-    # slurmstepd's cancel banner when the node failed: "*** JOB 162 ON ip-10-0-16-42 CANCELLED AT
-    # 2019-12-29T05:31:10 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"
-    regexcache.compile(r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (" + _LOCATED_HOST + r") CANCELLED AT \S+ DUE TO NODE FAIL"),
     # srun naming the node whose task the OOM killer took: "srun: error: nid006190: task 3: Out Of Memory"
     regexcache.compile(r"\bsrun: error: (" + _LOCATED_HOST + r"): tasks? [\d,-]+: Out Of Memory\b"),
     regexcache.compile(r"\bnode_ip(?:_address)?[=:]\s*['\"]?(" + _IPV4 + r")"),

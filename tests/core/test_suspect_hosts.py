@@ -30,11 +30,11 @@ from app.core.pipeline import Pipeline
     ("salloc: error: Node failure on worker-1", ["worker-1"]),
     ("srun: error: Node failure on gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
     ("slurmctld: error: Nodes node[3-4] not responding", ["node3", "node4"]),
-    # slurmstepd's cancel banner for a failed node; srun naming the node of an OOM-killed task
-    ("slurmstepd: error: *** JOB 162 ON ip-10-0-16-42 CANCELLED AT 2019-12-29T05:31:10 DUE TO NODE FAILURE, "
-     "SEE SLURMCTLD LOG FOR DETAILS ***", ["ip-10-0-16-42"]),
+    # srun naming the node of an OOM-killed task
     ("srun: error: nid006190: task 3: Out Of Memory", ["nid006190"]),
-    ("slurmstepd: error: *** JOB 162 ON gpu-7 CANCELLED AT 2019-12-29T05:31:10 DUE TO TIME LIMIT ***", []),
+    # slurmstepd's cancel banner names the batch host that printed it, a survivor of a node failure
+    ("slurmstepd: error: *** JOB 162 ON gpu-7 CANCELLED AT 2019-12-29T05:31:10 DUE TO NODE FAILURE, "
+     "SEE SLURMCTLD LOG FOR DETAILS ***", []),
     # Kubernetes events
     ("Warning  NodeNotReady  pod/trainer-0  Node gpu-node-7 is not ready", ["gpu-node-7"]),
     ("The node was low on resource: memory. Pod was evicted from node gpu-node-9", ["gpu-node-9"]),
