@@ -189,6 +189,6 @@ class Pipeline:
         printers = {h for h in log.known_hosts if h.lower() not in PLACEHOLDER_HOSTS}
         sole = next(iter(printers)) if len(printers) == 1 and family_of(root.error_type.value) == "gpu" else None
         allocated = (allocated_host(log.templates) if action.kind is ActionKind.ISOLATE_AND_RESTART
-                     and not action.suspect_hosts else None)
+                     and not action.suspect_hosts and ablation.enabled("hosts") else None)
         return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session, sole_host=sole,
                           allocated=allocated)
