@@ -558,8 +558,9 @@ class ExceptionView:
         self.kept, anchors = kept_lines(log)
         self.records = parse_tracebacks(self.kept, anchors)
         self.by_line = {r.line: r for r in self.records}
-        self.matches = {r.line: _client_side(self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r)
-                        for r in self.records}
+        self.matches = {
+            r.line: _client_side(self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r)
+            for r in self.records}
         done = log.completed.line if log.completed is not None else None
         went_on = recovered_before(log)
         for r in self.records:  # (a wait the process was stopped in: not a teardown, not after the end)

@@ -274,7 +274,8 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
     if allocated is not None:
         return replace(
             action, suspect_hosts=[allocated],
-            reason=f"{action.reason} Host {allocated}: the job's only host, as the scheduler's lines in the log record it.")
+            reason=f"{action.reason} Host {allocated}: the job's only host, as the scheduler's lines "
+                   "in the log record it.")
     if job is not None:
         found = sorted({h for h in (job.host_of(r) for r in ranks) if h})
         if found:

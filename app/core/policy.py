@@ -189,9 +189,10 @@ _SOCKET_SETUP = regex.compile(
 # The interface a communication library picked for traffic between hosts, when it is one no other
 # host can reach: NCCL's `NET/Socket : Using [0]lo:127.0.0.1<0>` / `Bootstrap : Using lo:127.0.0.1`
 # (and the older `NET : Using interface lo:127.0.0.1`), a docker bridge (`docker0`, 172.17.0.1) or a
-# link-local IPv6 tunnel address (fe80::) or a connect to the docker bridge's address, and Gloo's `Unable to resolve hostname to a (local)
-# address. Using the loopback address as fallback`. Sources: NVIDIA/nccl src/misc/socket.cc
-# (ncclFindInterfaces: "Using %s", interface name and address), pytorch/pytorch
+# link-local IPv6 tunnel address (fe80::), a connect to the docker bridge's address, and Gloo's
+# `Unable to resolve hostname to a (local) address. Using the loopback address as fallback`.
+# Sources: NVIDIA/nccl src/misc/socket.cc (ncclFindInterfaces: "Using %s", interface name and
+# address), pytorch/pytorch
 # torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (createDefaultDevice's loopback fallback warning).
 LOOPBACK_INTERFACE = regex.compile(
     r"\bNCCL INFO (?:NET/Socket|NET|Bootstrap) ?: Using (?:interface )?(?:\[\d+\])?"

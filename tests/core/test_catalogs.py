@@ -227,7 +227,6 @@ def test_cuda_teardown_error_is_not_the_cause():
     assert d.root_cause.error_type is ErrorType.ValueError
 
 
-
 @pytest.mark.parametrize("what, expected", [
     # the C++ abort carries the runtime's shutdown: the process died while exiting, no failure
     ("CUDA error: driver shutting down", ErrorType.Unknown),
@@ -241,6 +240,7 @@ def test_a_cpp_abort_takes_the_state_of_what_it_carries(what, expected):
            "Exception raised from query at /opt/pytorch/aten/src/ATen/cuda/CUDAEvent.h:95 (most recent call first):\n")
     d = _diagnose(log)
     assert d.root_cause.error_type is expected
+
 
 XID_SYSLOG = ("Jul 14 03:12:40 node-12 kernel: NVRM: GPU at PCI:0000:3b:00: GPU-1a2b3c4d\n"
               "Jul 14 03:12:55 node-12 kernel: NVRM: Xid (PCI:0000:3b:00): 46, pid=2178, name=python, GPU stopped processing\n")
