@@ -225,14 +225,17 @@ def _retries_failed(ev: ErrorEvent, events: list[ErrorEvent], last_output: int) 
 
 
 def _wrapped_teardown(events: list[ErrorEvent]) -> None:
-    """A wrapper printed once takes the state of the message it carries on the next lines: of a
-    teardown symptom (`terminate called after throwing an instance of 'c10::CUDAError'` then
-    `what():  CUDA error: driver shutting down`) it is that teardown, the process aborting while
-    it exited; of a recovered error it is recovered."""
+    """A wrapper printed once takes the state of the message it carries, on its next two lines
+    (`terminate called after throwing an instance of 'c10::CUDAError'` over `what():  CUDA error:
+    driver shutting down`) or else on its previous two (TensorFlow's `Error polling for event
+    status: ... CUDA_ERROR_DEINITIALIZED` under `F ... Unexpected Event status: 1`): of a teardown
+    symptom it is that teardown, the process aborting while it exited; of a recovered error it
+    is recovered."""
     for ev in events:
         if ev.role not in (Role.SYMPTOM, Role.WRAPPER) or ev.count != 1 or ev.recovered or ev.teardown_alone:
             continue
-        carried = [e for e in events if e is not ev and 0 < e.first_line - ev.first_line <= 2]
+        carried = [e for e in events if e is not ev and 0 < e.first_line - ev.first_line <= 2] or [
+            e for e in events if e is not ev and 0 < ev.first_line - e.first_line <= 2]
         if carried and all(e.teardown_alone for e in carried):
             ev.teardown_alone = True
         elif carried and all(e.recovered for e in carried):

@@ -242,6 +242,19 @@ def test_a_cpp_abort_takes_the_state_of_what_it_carries(what, expected):
     assert d.root_cause.error_type is expected
 
 
+
+@pytest.mark.parametrize("status, expected", [
+    # the CUDA runtime unloading at exit: TensorFlow's abort over it is that teardown
+    ("CUDA_ERROR_DEINITIALIZED", ErrorType.Unknown),
+    ("CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure", ErrorType.CUDAError),
+])
+def test_tensorflows_event_abort_takes_the_state_of_the_error_before_it(status, expected):
+    log = ("step 9990, loss = 0.79 (208.4 examples/sec; 0.307 sec/batch)\n"
+           f"E tensorflow/stream_executor/cuda/cuda_event.cc:49] Error polling for event status: failed to query event: {status}\n"
+           "F tensorflow/core/common_runtime/gpu/gpu_event_mgr.cc:198] Unexpected Event status: 1\n"
+           "Aborted (core dumped)\n")
+    assert _diagnose(log).root_cause.error_type is expected
+
 XID_SYSLOG = ("Jul 14 03:12:40 node-12 kernel: NVRM: GPU at PCI:0000:3b:00: GPU-1a2b3c4d\n"
               "Jul 14 03:12:55 node-12 kernel: NVRM: Xid (PCI:0000:3b:00): 46, pid=2178, name=python, GPU stopped processing\n")
 XID_DMESG_APP = ("[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, "
