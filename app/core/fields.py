@@ -103,12 +103,10 @@ _LOCATED_RES = [
                        r"lost|rebooted|had condition)"),
     regexcache.compile(r"\b(?:evicted from|on|from) node \"?(" + _LOCATED_HOST + r")\"?"),
     regexcache.compile(r"\bOwner Ip address:\s*(" + _IPV4 + r")"),
-    # srun naming the node whose task the OOM killer took: "srun: error: nid006190: task 3: Out Of Memory"
-    regexcache.compile(r"\bsrun: error: (" + _LOCATED_HOST + r"): tasks? [\d,-]+: Out Of Memory\b"),
     regexcache.compile(r"\bnode_ip(?:_address)?[=:]\s*['\"]?(" + _IPV4 + r")"),
     regexcache.compile(r"(?i)\bnode (?:id[: ]+\S+ )?(?:and )?(?:address|ip)[: ]+(" + _IPV4 + r")"),
 ]
-_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<", "Out Of Memory")
+_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<")
 # Open MPI's help texts name the other end in a key-value line of their own, below the message:
 # "  Peer host:  node-7", "Remote daemon: [[11377,0],1] on node worker-0", the older "lost
 # communication with its daemon located on node:" over "  hostname:  node-7" (not "Local host:"

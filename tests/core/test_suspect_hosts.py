@@ -30,8 +30,6 @@ from app.core.pipeline import Pipeline
     ("salloc: error: Node failure on worker-1", ["worker-1"]),
     ("srun: error: Node failure on gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
     ("slurmctld: error: Nodes node[3-4] not responding", ["node3", "node4"]),
-    # srun naming the node of an OOM-killed task
-    ("srun: error: nid006190: task 3: Out Of Memory", ["nid006190"]),
     # slurmstepd's cancel banner names the batch host that printed it, a survivor of a node failure
     ("slurmstepd: error: *** JOB 162 ON gpu-7 CANCELLED AT 2019-12-29T05:31:10 DUE TO NODE FAILURE, "
      "SEE SLURMCTLD LOG FOR DETAILS ***", []),
