@@ -12,7 +12,9 @@ rule's step line, or with any output after its last step, is a Hang as before),
 `timing` (the policy conditions that read when a failure happened: `first_collective`,
 `early_collective`, `never_connected`, `before_training` are then never true), `collectives` (the
 policy conditions that read the timed-out collectives' shape and deadline: `scalar_collective`,
-`mismatched_collectives`, `short_timeout`), `retrieval` (the CLI's no-model suggestion: the nearest
+`mismatched_collectives`, `short_timeout`), `severity` (an error a glog / c10 emitter printed at
+its warning or info level, with no error-looking line after it, is one it went on from),
+`retrieval` (the CLI's no-model suggestion: the nearest
 rule examples' vote on a log the rules leave Unknown, reported as a note).
 """
 

@@ -53,6 +53,7 @@ class ErrorEvent:
     recovered: bool = False  # training made progress after its last occurrence (see rank.py)
     last_line: int = 0
     warning: bool = False  # every line it matched is a Python warning (see rank.py)
+    leveled_warning: bool = False  # every line it matched carries a glog/c10 W or I severity (see rank.py)
     retried: bool = False  # every line it matched is followed by a client's retry notice
     teardown_alone: bool = False  # its rule's `teardown_alone` (see rank.py)
 
@@ -144,6 +145,7 @@ def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
             ev.spike_index = _steps_before(log, ev)
             _set_onset(ev, log.metrics, _step_of(ev.text))
         ev.warning = bool(ev.occurrences) and all(_PY_WARNING.search(o.text) for o in ev.occurrences)
+        ev.leveled_warning = bool(ev.occurrences) and all(GLOG_NOT_ERROR.search(o.text) for o in ev.occurrences)
         ev.retried = bool(ev.occurrences) and all(_retried(o, nearby) for o in ev.occurrences)
     if exceptions is not None:
         events.extend(exceptions.extra_events())
@@ -157,6 +159,16 @@ def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
 # `UserWarning: CUDA initialization: The NVIDIA driver on your system is too old` names a
 # failure class but is a warning the program went on from
 _PY_WARNING = regexcache.compile(r"\b[A-Z]\w*Warning: ")
+# C++ emitters that log through glog / absl / c10 (TensorFlow, XLA, Horovod, PyTorch's c10d) put
+# the severity first: I(nfo) W(arning) E(rror) F(atal). A line they printed at W or I is one they
+# went on from (TensorFlow's `W .../dso_loader.cc:64] Could not load dynamic library
+# 'libnvinfer.so.7'; dlerror: ...`: it runs without TensorRT); their failures come at E or F.
+# (glog `W0515 20:03:26.569 ...`; TensorFlow's `2022-12-09 16:44:07.597312: W tensorflow/...cc:64]`;
+# c10 `[W socket.cpp:436]`, `[W1203 10:00:00.000 ...]`)
+GLOG_NOT_ERROR = regexcache.compile(
+    r"(?:^|[\s\]>|:])(?:[IW]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[\w./-]+:\d+\]"
+    r"|[IW] [\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\]"
+    r"|\[[IW](?:\d{4} [\d:.]+(?: \d+)?)? ?[\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\])")
 # a client that retries the failed request says so right after the error (huggingface_hub's
 # `'(ReadTimeoutError(...))' thrown while requesting HEAD ...` then
 # `Retrying in 1s [Retry 1/5].`, wandb's `entering retry loop`, urllib3's `Retrying (Retry(...`)

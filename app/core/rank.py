@@ -26,7 +26,7 @@ import regex
 
 from app.core import ablation, regexcache, timestamps
 from app.core.compressed import BINARY_TEXT, CompressedLog
-from app.core.events import RETRY_LOOKAHEAD, ErrorEvent
+from app.core.events import GLOG_NOT_ERROR, RETRY_LOOKAHEAD, ErrorEvent
 from app.core.types import (
     ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Progress, Role, RootCause, family_of,
 )
@@ -256,6 +256,16 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: froze
     if live and all(ev.teardown_alone for ev in live):
         # only what the communicators print while the processes exit (NCCL's proxy thread losing
         # its local connections), with no process's own error: the log shows no failure
+        for ev in live:
+            ev.recovered = True
+    elif live and ablation.enabled("severity") and all(
+            ev.leveled_warning and ev.error_type is not ErrorType.Hang for ev in live) and not any(
+            line >= min(ev.first_line for ev in live) and line not in harmless and not GLOG_NOT_ERROR.search(text)
+            for line, text in log.flagged_lines):
+        # every error was printed at warning or info severity by an emitter that has an error level
+        # (glog / c10: `W tensorflow/...] Could not load dynamic library ...`) and no other
+        # error-looking line (a traceback, an E or F line) follows: the emitter went on, the log
+        # shows no failure (a stall warning is how a stall shows: not this)
         for ev in live:
             ev.recovered = True
     root = max(events, key=_key)

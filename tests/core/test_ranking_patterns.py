@@ -1,6 +1,8 @@
 """Ranking and policy principles learned from the real-failure corpus, on the shipped rules.
 
 - a Python warning never outranks an exception (the program went on after the warning);
+- what a glog / c10 emitter printed at its warning level, with nothing failing after it, is no
+  failure; the same line followed by a traceback is still the cause;
 - a non-finite loss is not "recovered" by later steps, and one the log shows from the start is
   investigated, not rolled back;
 - a collective timeout caused by the job's own slow step (tokenizing, saving) is no_retry; one
@@ -44,6 +46,34 @@ def test_a_warning_never_outranks_an_exception(pipe):
     # alone, the warning is still reported (it is the only signal)
     d = run(pipe, lines[0] + "\n")
     assert d.root_cause.error_type == "CUDAError"
+
+
+DLOPEN_W = ("2022-12-09 16:44:07.597312: W tensorflow/compiler/xla/stream_executor/platform/default/dso_loader.cc:64] "
+            "Could not load dynamic library 'libnvinfer.so.7'; dlerror: libnvinfer.so.7: cannot open shared object "
+            "file: No such file or directory")
+
+
+def test_an_error_printed_at_glog_warning_level_alone_is_no_failure(pipe):
+    lines = [DLOPEN_W, "2022-12-09 16:44:07.597403: I tensorflow/compiler/xla/stream_executor/cuda/cudart_stub.cc:29] "
+             "Ignore above cudart dlerror if you do not have a GPU set up on your machine.", "Processing file 1/3"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "Unknown" and d.action.kind == "investigate"
+    assert any(c.role == "recovered" and c.error_type == "ImportError" for c in d.co_occurring)
+    # the same message at E(rror) level, or followed by a traceback, is a failure
+    d = run(pipe, DLOPEN_W.replace(": W tensorflow", ": E tensorflow") + "\n")
+    assert d.root_cause.error_type == "ImportError"
+    d = run(pipe, "\n".join([DLOPEN_W, "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+                             "    import tensorrt", "ImportError: libnvinfer.so.7: cannot open shared object file: "
+                             "No such file or directory"]) + "\n")
+    assert d.root_cause.error_type == "ImportError"
+
+
+def test_a_stall_warning_at_glog_warning_level_still_shows_a_stall(pipe):
+    line = ("[2019-10-09 09:32:52.156662: W horovod/common/stall_inspector.cc:105] One or more tensors were submitted "
+            "to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more "
+            "than 60 seconds.")
+    d = run(pipe, line + "\n")
+    assert d.root_cause.error_type == "Hang"
 
 
 def test_nan_is_not_recovered_by_more_steps(pipe):
