@@ -14,7 +14,8 @@ rule's step line, or with any output after its last step, is a Hang as before),
 policy conditions that read the timed-out collectives' shape and deadline: `scalar_collective`,
 `mismatched_collectives`, `short_timeout`), `severity` (an error a glog / c10 emitter printed at
 its warning or info level, with no error-looking line after it, is one it went on from),
-`retrieval` (the CLI's no-model suggestion: the nearest
+`subsystems` (the vocabulary fallback that names the family of a failure no rule typed, by
+the subsystem and failure its line names: rules/subsystems.yaml), `retrieval` (the CLI's no-model suggestion: the nearest
 rule examples' vote on a log the rules leave Unknown, reported as a note).
 """
 

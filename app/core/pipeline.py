@@ -24,9 +24,10 @@ from app.core.placement import (
     JobPlacement, allocated_host, block_hosts, name_hosts, ranked_suspect_hosts, session_host,
 )
 from app.core.policy import PolicyContext, decide, silent_ranks, uses_loopback_interface
-from app.core.rank import ENDS_ON_STEP, Ranking, rank_events, stalled_root
+from app.core.rank import ENDS_ON_STEP, Ranking, by_vocabulary, rank_events, stalled_root
 from app.core.rules import RuleSet, load_rules
 from app.core.secrets import redact_obj
+from app.core.subsystems import vocabulary_of
 from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, ErrorType, Versions, family_of
 
 Source = str | Path | BinaryIO
@@ -117,6 +118,8 @@ class Pipeline:
         if source is not None and refine_onset(source, self.ruleset, ranking.root_event, log.signal_shapes):
             events.sort(key=lambda e: e.first_line)
             ranking = rank_events(events, log, harmless=harmless)
+        if ablation.enabled("subsystems"):
+            ranking = by_vocabulary(ranking, events, log, vocabulary_of(self.ruleset), harmless)
         if (job is not None and job.stopped and ranking.root_event is None and (p := log.last_progress) is not None
                 and ranking.root.rule_id == ENDS_ON_STEP):
             # the log ends on a training step and the scheduler says the job stopped unfinished

@@ -27,8 +27,10 @@ import regex
 from app.core import ablation, regexcache, timestamps
 from app.core.compressed import BINARY_TEXT, CompressedLog
 from app.core.events import GLOG_NOT_ERROR, RETRY_LOOKAHEAD, ErrorEvent
+from app.core.subsystems import VOCABULARY_CONFIDENCE
 from app.core.types import (
-    ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Progress, Role, RootCause, family_of,
+    ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Progress, Role, RootCause, default_category,
+    family_of,
 )
 
 _ROLE_ORDER = {Role.CAUSE: 2, Role.WRAPPER: 1, Role.SYMPTOM: 0}
@@ -42,6 +44,9 @@ class Ranking:
     root_event: ErrorEvent | None
     co_occurring: list[CoOccurring]
     only_symptoms: bool
+    # the log shows a failure no rule typed (error-looking lines, an untyped error event, a
+    # launcher's summary alone): the subsystem vocabulary may name its family
+    untyped: bool = False
 
 
 def effective_role(ev: ErrorEvent) -> Role:
@@ -299,7 +304,35 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: froze
         evidence=_evidence(root), explanation=_explain(root, role, n_symptoms), rule_id=root.rule_id,
         gpu=next(iter(sorted(root.gpus)), None), xid=next(iter(sorted(root.xids)), None),
         onset_step=root.onset_step, last_good_step=root.last_good_step)
-    return Ranking(rc, root, co, only_symptoms=role is Role.SYMPTOM)
+    return Ranking(rc, root, co, only_symptoms=role is Role.SYMPTOM,
+                   untyped=root.error_type is ErrorType.Unknown and role is not Role.SYMPTOM)
+
+
+def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog, vocabulary,
+                  harmless: frozenset[int] = frozenset()) -> Ranking:
+    """A failure no rule typed, named by the subsystem vocabulary (app/core/subsystems.py): its
+    error-looking lines the job did not survive and the lines of its untyped error events (not
+    an untyped symptom's: an NCCL warning no rule knows), read for a subsystem and a failure. The
+    ranking unchanged when none names one."""
+    if not ranking.untyped:
+        return ranking
+    before = survived_before(log)
+    lines = [(ln, t) for ln, t in log.flagged_lines if ln >= before and ln not in harmless]
+    for ev in events:
+        if ev.error_type is ErrorType.Unknown and not ev.recovered and effective_role(ev) is not Role.SYMPTOM:
+            lines += [(o.line, o.text) for o in ev.occurrences if o.line not in harmless]
+    typed = vocabulary.type_lines(lines)
+    if typed is None:
+        return ranking
+    rc = RootCause(
+        error_type=typed.error_type, category=default_category(typed.error_type), confidence=VOCABULARY_CONFIDENCE,
+        evidence=[Evidence(line=typed.line, text=typed.text[:2000])],
+        explanation=(f"No rule matched this failure; line {typed.line} names a subsystem and a failure, so it is read "
+                     f"as {typed.error_type.value} by the subsystem vocabulary (rule {typed.rule_id}), not by a rule "
+                     "for this message: too weak to act on, a human should confirm."
+                     + (f" {typed.hint}" if typed.hint else "")),
+        rule_id=typed.rule_id)
+    return Ranking(rc, None, ranking.co_occurring, only_symptoms=False)
 
 
 def _launcher_summary_only(summary: ErrorEvent, co: list[CoOccurring]) -> Ranking:
@@ -312,7 +345,7 @@ def _launcher_summary_only(summary: ErrorEvent, co: list[CoOccurring]) -> Rankin
         explanation=(f"Only the launcher's failure summary is in this log (line {summary.first_line}); the "
                      "failing rank's own error is not. Read that rank's output or its error_file."),
         rule_id=summary.rule_id)
-    return Ranking(rc, None, co, only_symptoms=True)
+    return Ranking(rc, None, co, only_symptoms=True, untyped=True)
 
 
 def _co(ev: ErrorEvent, role: str) -> CoOccurring:
@@ -356,7 +389,7 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
             error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.2,
             evidence=[Evidence(line=ln, text=t[:2000]) for ln, t in flagged[:MAX_EVIDENCE]],
             explanation=f"No rule matched; the first error-looking line is line {line}.")
-        return Ranking(rc, None, [], only_symptoms=False)
+        return Ranking(rc, None, [], only_symptoms=False, untyped=True)
     if log.cut_short:  # a stall is read from the end of the log, which was not reached
         rc = RootCause(
             error_type=ErrorType.Unknown, category=Category.UNKNOWN, confidence=0.1, evidence=[],

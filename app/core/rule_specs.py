@@ -137,6 +137,22 @@ class ExceptionEntrySpec(Strict):
 
 
 @dataclass(slots=True, kw_only=True)
+class SubsystemSpec(Strict):
+    """One subsystem of the vocabulary fallback (`kind: subsystems`, app/core/subsystems.py): an
+    error-looking line no rule typed, at error severity, that names this subsystem (`nouns`) and a
+    failure (`failure`) is typed `error_type`; the highest `priority` among a log's lines wins.
+    `examples.match` lines must be typed by this entry, `no_match` lines must not."""
+
+    id: RuleId
+    error_type: ErrorType
+    priority: Annotated[int, Check(ge=0, le=100)] = 50
+    nouns: Annotated[str, After(_compiles_ci)]
+    failure: Annotated[str, After(_compiles_ci)]
+    hint: str | None = None
+    examples: Examples
+
+
+@dataclass(slots=True, kw_only=True)
 class PolicySpec(Strict):
     id: RuleId
     error_type: ErrorType | None = None
@@ -151,7 +167,7 @@ class PolicySpec(Strict):
 
 @dataclass(slots=True, kw_only=True)
 class RuleFile(Strict):
-    kind: Literal["diagnosis", "filter", "policy", "exceptions"]
+    kind: Literal["diagnosis", "filter", "policy", "exceptions", "subsystems"]
     family: str
     description: str | None = None
     # an emitter catalog (diagnosis files only): every rule is a catalog rule (see DiagnosisRuleSpec)
@@ -159,5 +175,6 @@ class RuleFile(Strict):
     # where a catalog's or the exception table's names come from: project, file and
     # version/commit, or documentation URL
     source: Annotated[list[Annotated[str, Check(min_length=1)]], Check(min_length=1)] | None = None
-    rules: list[DiagnosisRuleSpec] | list[FilterRuleSpec] | list[PolicySpec] | list[ExceptionEntrySpec] = \
+    rules: list[DiagnosisRuleSpec] | list[FilterRuleSpec] | list[PolicySpec] | list[ExceptionEntrySpec] \
+        | list[SubsystemSpec] = \
         field(default_factory=list)

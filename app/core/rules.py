@@ -33,7 +33,8 @@ import regex
 from app import resources
 from app.core import regexcache
 from app.core.rule_specs import (  # noqa: F401 - the specs are part of this module's interface
-    DiagnosisRuleSpec, Examples, ExceptionEntrySpec, FilterKind, FilterRuleSpec, PolicySpec, RuleFile, _RuleBase,
+    DiagnosisRuleSpec, Examples, ExceptionEntrySpec, FilterKind, FilterRuleSpec, PolicySpec, RuleFile, SubsystemSpec,
+    _RuleBase,
 )
 from app.core.types import Category, Role, default_category
 from app.core.validation import error_message, validate
@@ -142,6 +143,7 @@ class RuleSet:
     filters: list[FilterRule] = field(default_factory=list)
     policies: list[PolicySpec] = field(default_factory=list)
     exceptions: list[ExceptionEntrySpec] = field(default_factory=list)  # the exception table
+    subsystems: list[SubsystemSpec] = field(default_factory=list)  # the vocabulary fallback
     version: str = ""
     files: list[str] = field(default_factory=list)
 
@@ -205,9 +207,9 @@ def _load_file(path: Path) -> RuleFile | None:
     if kind in OTHER_KINDS:
         return None
     model = {"diagnosis": DiagnosisRuleSpec, "filter": FilterRuleSpec, "policy": PolicySpec,
-             "exceptions": ExceptionEntrySpec}.get(kind)
+             "exceptions": ExceptionEntrySpec, "subsystems": SubsystemSpec}.get(kind)
     if model is None:
-        raise RuleError(f"{path.name}: kind must be diagnosis, filter, policy or exceptions, got {kind!r}")
+        raise RuleError(f"{path.name}: kind must be diagnosis, filter, policy, exceptions or subsystems, got {kind!r}")
     rules_raw = raw.get("rules") or []
     if not isinstance(rules_raw, list):
         raise RuleError(f"{path.name}: 'rules' must be a list")
@@ -349,7 +351,7 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
         rel = str(path.relative_to(root)) if path.is_relative_to(root) else \
             str(path) if path.is_absolute() else path.name
         ruleset.files.append(rel)
-        if rf.catalog and rf.kind != "diagnosis" or rf.source and rf.kind not in ("diagnosis", "exceptions"):
+        if rf.catalog and rf.kind != "diagnosis" or rf.source and rf.kind not in ("diagnosis", "exceptions", "subsystems"):
             raise RuleError(f"{rel}: catalog/source are for diagnosis rule files, not {rf.kind}")
         for spec in rf.rules:
             where = f"{rel}: rule {spec.id}"
@@ -371,6 +373,9 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
                 continue
             if isinstance(spec, ExceptionEntrySpec):
                 ruleset.exceptions.append(spec)
+                continue
+            if isinstance(spec, SubsystemSpec):
+                ruleset.subsystems.append(spec)
                 continue
             compiled, args = compile_pattern_args(spec.pattern, ignore_case=spec.ignore_case, where=where)
             _check_groups(compiled, where, spec.pattern)

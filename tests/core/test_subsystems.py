@@ -1,0 +1,103 @@
+"""The subsystem vocabulary (app/core/subsystems.py, rules/subsystems.yaml): a failure no rule
+typed is named by the subsystem and the failure its line names, with a confidence too low to act
+on; warning-level lines, runs that went on and typed failures are left alone. (Only lines the
+compressor flags as error-looking are read: `error`, `failed`, `fatal`, `timed out`...)"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.core.pipeline import Pipeline
+from app.core.rules import DEFAULT_RULES_DIR, RuleError, check_examples, load_rules
+from app.core.subsystems import VOCABULARY_CONFIDENCE, vocabulary_of
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return Pipeline()
+
+
+def run(pipe, text: str):
+    return pipe.diagnose(io.BytesIO(text.encode())).diagnosis
+
+
+def test_the_shipped_vocabulary_loads_and_its_examples_pass():
+    rules = load_rules()
+    assert {s.id for s in rules.subsystems} >= {"subsystem.gpu", "subsystem.node", "subsystem.network"}
+    assert not [f for f in check_examples(rules) if f.source == "subsystems"]
+
+
+@pytest.mark.parametrize("line, rule_id", [
+    ("[  901.2] nvfoo 0000:3b:00.0: GPU 5 stopped responding, marking it unusable", "subsystem.gpu"),
+    ("E1203 10:00:00.000 77 agent.cc:12] node trn1-17 lost: no heartbeat for 120 s", "subsystem.node"),
+    ("ERROR parameter-server rpc to 10.0.0.4:6170 failed: connection reset", "subsystem.network"),
+    ("FATAL: checkpoint upload to gs://ckpt/run7/step_900 failed (exit 1)", "subsystem.object-store"),
+])
+def test_a_line_naming_a_subsystem_and_a_failure_is_typed_by_it(line, rule_id):
+    got = vocabulary_of(load_rules()).type_line(line)
+    assert got is not None and got.id == rule_id
+
+
+@pytest.mark.parametrize("line", [
+    "WARNING: the node gpu-17 was lost, continuing with 7 nodes",  # a warning: the program went on
+    "W1203 10:00:00.000 77 agent.cc:12] rpc to 10.0.0.4 failed, retrying",  # glog W level
+    "Loading /opt/rocm/lib/librccl.so failed",  # a path, not a subsystem named
+    "ERROR: tokenizer config failed to parse",  # a failure of no subsystem in the vocabulary
+    "connected to 8 peers",  # a subsystem without a failure
+])
+def test_warnings_paths_and_lines_without_both_are_not_typed(line):
+    assert vocabulary_of(load_rules()).type_line(line) is None
+
+
+def test_an_untyped_gpu_failure_is_named_but_investigated(pipe):
+    lines = ["step 10 loss 2.31", "step 11 loss 2.30",
+             "[ 5662.1] fooaccel 0000:3b:00.0: accelerator 3 halted: fatal firmware error",
+             "Aborted (core dumped)"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "CUDAError" and d.root_cause.rule_id == "subsystem.gpu"
+    assert d.root_cause.confidence == VOCABULARY_CONFIDENCE
+    assert d.action.kind == "investigate"
+    assert "subsystem vocabulary" in d.root_cause.explanation
+
+
+def test_the_most_causal_subsystem_wins_over_the_first_line(pipe):
+    lines = ["ERROR rpc to worker 10.0.0.4:6170 failed: connection reset",
+             "ERROR accelerator 2 halted unexpectedly"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "CUDAError" and d.root_cause.evidence[0].line == 2
+
+
+def test_a_typed_failure_and_a_run_that_went_on_are_left_alone(pipe):
+    # a rule's own type stands
+    d = run(pipe, "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert d.root_cause.rule_id != "subsystem.gpu" and d.root_cause.error_type == "CUDAError"
+    # training went on after the error line: no failure
+    steps = [f"step {i} loss 2.{i:02d}" for i in range(12, 20)]
+    d = run(pipe, "\n".join(["ERROR rpc to 10.0.0.4:6170 failed: connection reset"] + steps) + "\n")
+    assert d.root_cause.error_type == "Unknown"
+
+
+def test_switched_off_the_line_stays_unknown():
+    env = dict(os.environ, LOGDX_ABLATE="subsystems")
+    import subprocess
+    import sys
+    code = ("import io; from app.core.pipeline import Pipeline; "
+            "d = Pipeline().diagnose(io.BytesIO(b'ERROR accelerator 2 halted unexpectedly\\n')).diagnosis; "
+            "print(d.root_cause.error_type)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "Unknown"
+
+
+def test_a_malformed_entry_is_a_rule_error_naming_it(tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    text = (rules / "subsystems.yaml").read_text().replace("nouns: '(?<![\\w./-])(?:cuda", "nouns: '(?<![\\w./-])(?:(cuda", 1)
+    (rules / "subsystems.yaml").write_text(text)
+    with pytest.raises(RuleError, match="subsystem.gpu|subsystems.yaml"):
+        load_rules(rules, overlay=None)
