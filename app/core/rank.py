@@ -25,8 +25,9 @@ from dataclasses import dataclass, replace
 import regex
 
 from app.core import ablation, regexcache, timestamps
-from app.core.compressed import BINARY_TEXT, CompressedLog
+from app.core.compressed import BINARY_TEXT, CompressedLog, Occurrence
 from app.core.events import GLOG_NOT_ERROR, RETRY_LOOKAHEAD, ErrorEvent
+from app.core.fields import extract_host, extract_rank
 from app.core.subsystems import VOCABULARY_CONFIDENCE
 from app.core.types import (
     ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Progress, Role, RootCause, default_category,
@@ -324,6 +325,18 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
     typed = vocabulary.type_lines(lines)
     if typed is None:
         return ranking
+    # its line as an event of its own (no rule): where the line was printed and the hosts it
+    # names place it as a rule's occurrence would be placed
+    occ = Occurrence(line=typed.line, text=typed.text, rule=None, groups={}, rank=extract_rank(typed.text),
+                     host=extract_host(typed.text))
+    ev = ErrorEvent(
+        id="", error_type=typed.error_type, category=default_category(typed.error_type), role=Role.CAUSE,
+        priority=typed.priority, rule_id=typed.rule_id, first_line=typed.line, count=1, text=typed.text,
+        occurrences=[occ], hint=typed.hint, first_rank=occ.rank, first_host=occ.host, last_line=typed.line)
+    if occ.rank is not None:
+        ev.ranks.add(occ.rank)
+    if occ.host:
+        ev.hosts.add(occ.host)
     rc = RootCause(
         error_type=typed.error_type, category=default_category(typed.error_type), confidence=VOCABULARY_CONFIDENCE,
         evidence=[Evidence(line=typed.line, text=typed.text[:2000])],
@@ -332,7 +345,7 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
                      "for this message: too weak to act on, a human should confirm."
                      + (f" {typed.hint}" if typed.hint else "")),
         rule_id=typed.rule_id)
-    return Ranking(rc, None, ranking.co_occurring, only_symptoms=False)
+    return Ranking(rc, ev, ranking.co_occurring, only_symptoms=False)
 
 
 def _launcher_summary_only(summary: ErrorEvent, co: list[CoOccurring]) -> Ranking:
