@@ -39,6 +39,10 @@ from app.core.keptshapes import field_ranges
     ("zeyer@cn-234 ~ % nvidia-smi", "cn-234"),
     ("[alice@gpu-3 ~]$ dmesg -T | grep Xid", "gpu-3"),
     ("root@node1:~# dmesg -T | grep NVRM", "node1"),
+    # syslog's host field is the host by the format, whatever its name, when a program tag follows
+    ("Dec 31 01:21:28 FORGE ollama[555324]: cuda driver library failed to get device context 46", "FORGE"),
+    ("2024-01-03T04:05:06.123456+00:00 dgx17 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+     "dgx17"),
     # Ray's prefix on a task's or actor's output relayed to the driver
     ("(RayTrainWorker pid=364, ip=10.0.0.218) Setting up process group for: env:// [rank=0, world_size=12]",
      "10.0.0.218"),
@@ -73,6 +77,7 @@ def test_a_prefix_that_names_the_host_of_the_line(line, host):
     "john@example.com wrote 50% of the report",
     "mchorse@172.17.0.2: Permission denied (publickey,password).",
     "MPICH ERROR [Rank 0] - Abort(1): Internal error",
+    "Dec 31 01:21:28 the quick brown fox: jumps",  # no program tag after the word
 ])
 def test_an_address_or_label_that_does_not_name_the_line_host(line):
     assert extract_host(line) is None
