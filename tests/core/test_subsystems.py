@@ -1,7 +1,8 @@
 """The subsystem vocabulary (app/core/subsystems.py, rules/subsystems.yaml): a failure no rule
 typed is named by the subsystem and the failure its line names, with a confidence too low to act
 on; warning-level lines, runs that went on and typed failures are left alone. (Only lines the
-compressor flags as error-looking are read: `error`, `failed`, `fatal`, `timed out`...)"""
+compressor flags as error-looking are read: `error`, `failed`, `fatal`, `timed out`, and the
+words of a loss without them: `lost`, `down`, `unreachable`, `preempted`, `halted`...)"""
 
 from __future__ import annotations
 
@@ -63,6 +64,14 @@ def test_an_untyped_gpu_failure_is_named_but_investigated(pipe):
     assert d.root_cause.confidence == VOCABULARY_CONFIDENCE
     assert d.action.kind == "investigate"
     assert "subsystem vocabulary" in d.root_cause.explanation
+
+
+def test_a_loss_said_without_error_or_failed_is_read(pipe):
+    # the compressor flags the words of a loss (`lost`, `down`, `preempted`...) as error-looking
+    d = run(pipe, "step 10 loss 2.31\nscheduler: node trn1-17 lost, rescheduling its pods\n")
+    assert d.root_cause.error_type == "NodeFailure" and d.root_cause.rule_id == "subsystem.node"
+    d = run(pipe, "step 10 loss 2.31\nfooaccel: accelerator 3 halted\n")
+    assert d.root_cause.error_type == "CUDAError"
 
 
 def test_the_most_causal_subsystem_wins_over_the_first_line(pipe):
