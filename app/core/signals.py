@@ -5,7 +5,8 @@ knows still prints its loss and its step in one of a few layouts, and this modul
 without a rule:
 
 - pairs: `key: value`, `key=value`, `'key': value` / `"key": value` (Python dicts, JSON lines),
-  `key value` (fairseq, W&B summaries), `key: tensor(value, ...)`; a counter may carry its total
+  `key value` (fairseq, W&B summaries), `key: tensor(value, ...)`, and a key/value table's row
+  `| key | value |` (OpenAI baselines' logger, as guided/improved diffusion print their dumps); a counter may carry its total
   (`iter 120/1000`, `Step: [120/5000]`, mmengine's `Iter(train) [ 120/1000]`);
 - progress bars: `120/5000 [00:10<05:00, ...]`;
 - tables: a header line of column names (`| step | loss |`, rich/W&B `┃ Step ┃ Loss ┃`, or
@@ -46,7 +47,7 @@ _WRAP = r"(?:(?:tensor|np\.float\d*|float\d*|array|Array)\(\[?)?"
 # `Model diverged with loss = NaN.`; a version's second dot may not), an optional total
 _PAIR_RE = regexcache.compile(
     r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*+(?: [A-Za-z][\w/-]*+)?(?: (?:is|was))?)['\"]?(?:\(\w+\))?\]?"
-    r"(?P<sep>\s*[:=]\s*|\s+)\[?\s*['\"]?" + _WRAP
+    r"(?P<sep>\s*[:=]\s*|\s*[|│]\s*|\s+)\[?\s*['\"]?" + _WRAP
     + r"(?P<val>" + _NONFINITE + r"|" + _NUM + r")(?![\w(])(?!\.[\w(])['\"]?(?:\s*/\s*(?P<total>\d+)\b)?")
 # mmengine / Lightning-style `[e][ b/B]` after an epoch key, and PyTorch's examples'
 # `Train Epoch: e [b/B (p%)]` (b counts the epoch's samples)
@@ -60,7 +61,7 @@ _BAR_RE = regexcache.compile(r"(?<![\w./])(\d+)/(\d+) \[[\d:?]+<[\d:?]+")
 # training signal, and learning a shape must stay cheap (bench/README.md, `survive5`).
 PAIRS, HEADER = 0, 1
 _HINTS = re2.Set.SearchSet(re2.Options())
-_HINTS.Add(r"(?i)(?:loss|cost|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)\w*(?:[/-]\w+)*['\"]?(?:\(\w+\))?\]?(?:\s+(?:is|was))?\s*[:=]?\s*\[?\s*"
+_HINTS.Add(r"(?i)(?:loss|cost|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)\w*(?:[/-]\w+)*['\"]?(?:\(\w+\))?\]?(?:\s+(?:is|was))?\s*[:=|│]?\s*\[?\s*"
            r"['\"]?(?:\w[\w.]*\(\[?)?[-+]?(?:nan|inf|\.?\d)|\d/\d+ \[")
 _HINTS.Add(r"(?i)^\D*(?:loss|cost|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit\b)\D*$")
 _HINTS.Compile()

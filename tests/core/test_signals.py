@@ -78,6 +78,9 @@ def test_finite_pairs_give_step_and_values(line, step, values):
     ("2021-08-12 05:44:07,141 Epoch[1] Batch[7] Speed: 143.86 samples/sec,  IDLoss=nan,", None, "loss"),
     ("[user] 2021-04-23 19:22:52,420 (trainer:581) WARNING: The grad norm is nan. Skipping updating the model.",
      None, "grad_norm"),
+    # a key/value table's row (OpenAI baselines' logger dump, as guided/improved diffusion print it)
+    ("| loss          | nan       |", None, "loss"),
+    ("│ grad_norm │ inf │", None, "grad_norm"),
 ])
 def test_non_finite_values_in_every_pair_layout(line, step, key):
     sig, reading = read([line])
@@ -114,6 +117,7 @@ def test_a_non_finite_table_cell_is_found(lines):
     " iteration        3/  100000 | number of skipped iterations:   0 | number of nan iterations:   0 |",
     "Using nanoGPT-style init; inference mode off",
     "| step | loss |",  # a header, not a row
+    "| loss_scale    | nan       |",  # a key/value row of no loss
     "loss 1.2.3",  # a version's second dot is no full stop
     "loss: nan.5",
     "Loss of connection to nan-03 after 5 retries",  # a term needs a value after its key
