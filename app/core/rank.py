@@ -322,7 +322,8 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
     for ev in events:
         if ev.error_type is ErrorType.Unknown and not ev.recovered and effective_role(ev) is not Role.SYMPTOM:
             lines += [(o.line, o.text) for o in ev.occurrences if o.line not in harmless]
-    typed = vocabulary.type_lines(lines)
+    nearby = {**{t.first_line: t.text for t in log.templates}, **log.context}
+    typed = vocabulary.type_lines(lines, nearby)
     if typed is None:
         return ranking
     # its line as an event of its own (no rule): where the line was printed and the hosts it

@@ -13,7 +13,10 @@ node loss, storage and network errors it causes), then the earliest line.
 It only names the family: the answer keeps a low confidence, so the action stays `investigate`
 (the controller does not drain or restart on a word), and the explanation says how it was
 reached. A line the emitter printed at warning, info or debug level is not read (the program went
-on from it), nor is a line of a traceback printed at teardown (the caller's `harmless`).
+on from it), nor a line without a severity of its own that continues such a message (the lines
+of a multi-line warning), nor a line that says its failure is over or retried (`resolved`,
+`resuming`, `reconnecting`, `retrying`), nor a line of a traceback printed at teardown (the
+caller's `harmless`).
 Off under `LOGDX_ABLATE=subsystems`.
 """
 
@@ -39,6 +42,40 @@ _SOFT_SEVERITY = regexcache.compile(
     r"|\[[WI] |\b[A-Z]\w*Warning:")
 # NCCL's own error level is WARN
 _NCCL_WARN = regexcache.compile(r"\bNCCL WARN\b")
+# a line that says the failure it names is over or is being retried (`wandb: Network error resolved
+# after 0:01:10, resuming normal operation`, `connection lost, reconnecting`, `will retry`)
+_RECOVERY_NOTICE = regexcache.compile(
+    r"(?i)\b(?:resolved|resuming|resumed|recovered|reconnect(?:ed|ing)|retrying|will retry|succeeded)\b")
+
+
+# a line that carries a severity of error or worse by its own marker (glog E/F, a logging level,
+# `error:` / `Error:` as a prefix, an exception line)
+_ERROR_LEVEL = regexcache.compile(
+    r"(?:^|[\s\]>|:])(?:[EF]\d{4} \d\d:\d\d|[EF] [\w./-]+\.(?:cc|cpp|c|h):\d+\])"
+    r"|(?<![\w-])(?:ERROR|FATAL|CRITICAL|SEVERE)(?![\w-])|\b[Ee]rror:|\b[A-Z]\w*(?:Error|Exception):")
+CONTINUATION_LINES = 3
+
+
+def _soft(text: str) -> bool:
+    return bool(GLOG_NOT_ERROR.search(text)) or (bool(_SOFT_SEVERITY.search(text)) and not _NCCL_WARN.search(text))
+
+
+def _continues_soft(line: int, text: str, nearby: dict[int, str]) -> bool:
+    """The line has no severity of its own and continues a message printed at warning level: the
+    nearest line above it (within CONTINUATION_LINES) with a severity marker is a warning
+    (gRPC's `Additional GRPC error information from remote target ...` under TensorFlow's `W ...
+    Failed to retrieve preemption notice ...`)."""
+    if _ERROR_LEVEL.search(text) or _soft(text):
+        return False
+    for back in range(1, CONTINUATION_LINES + 1):
+        above = nearby.get(line - back)
+        if above is None:
+            return False
+        if _soft(above):
+            return True
+        if _ERROR_LEVEL.search(above):
+            return False
+    return False
 
 
 @dataclass(frozen=True)
@@ -57,7 +94,7 @@ class Vocabulary:
 
     def type_line(self, text: str):
         """The entry that types this line (the first of the highest priority), or None."""
-        if GLOG_NOT_ERROR.search(text) or (_SOFT_SEVERITY.search(text) and not _NCCL_WARN.search(text)):
+        if _soft(text) or _RECOVERY_NOTICE.search(text):
             return None
         best = None
         for spec, nouns, failure in self.entries:
@@ -65,10 +102,13 @@ class Vocabulary:
                 best = spec
         return best
 
-    def type_lines(self, lines) -> Typed | None:
-        """The most causal typed line among `(line, text)` pairs: highest priority, then earliest."""
+    def type_lines(self, lines, nearby: dict[int, str] | None = None) -> Typed | None:
+        """The most causal typed line among `(line, text)` pairs: highest priority, then earliest.
+        `nearby`: the log's kept lines by number, to tell a line that continues a warning."""
         found: Typed | None = None
         for line, text in lines:
+            if nearby and _continues_soft(line, text, nearby):
+                continue
             spec = self.type_line(text[:4000])
             if spec is None:
                 continue

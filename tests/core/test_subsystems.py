@@ -50,6 +50,8 @@ def test_a_line_naming_a_subsystem_and_a_failure_is_typed_by_it(line, rule_id):
     "Loading /opt/rocm/lib/librccl.so failed",  # a path, not a subsystem named
     "ERROR: tokenizer config failed to parse",  # a failure of no subsystem in the vocabulary
     "connected to 8 peers",  # a subsystem without a failure
+    "wandb: Network error resolved after 0:01:10.030828, resuming normal operation.",  # over
+    "ERROR rpc to 10.0.0.4:6170 failed: connection reset, retrying in 5 s",  # retried
 ])
 def test_warnings_paths_and_lines_without_both_are_not_typed(line):
     assert vocabulary_of(load_rules()).type_line(line) is None
@@ -72,6 +74,17 @@ def test_a_loss_said_without_error_or_failed_is_read(pipe):
     assert d.root_cause.error_type == "NodeFailure" and d.root_cause.rule_id == "subsystem.node"
     d = run(pipe, "step 10 loss 2.31\nfooaccel: accelerator 3 halted\n")
     assert d.root_cause.error_type == "CUDAError"
+
+
+def test_the_lines_of_a_multi_line_warning_are_not_read(pipe):
+    warn = ("2024-01-31 10:21:35.025511: W external/tsl/tsl/distributed_runtime/preemption/preemption_sync_manager.cc:170] "
+            "Failed to retrieve preemption notice from coordination service: UNAVAILABLE: Socket closed")
+    more = "Additional GRPC error information from remote target leader: connection failed, socket closed"
+    d = run(pipe, "\n".join(["step 5 loss 1.0", warn, more]) + "\n")
+    assert d.root_cause.error_type == "Unknown"
+    # the same line with a severity of its own is read
+    d = run(pipe, "\n".join(["step 5 loss 1.0", warn, "E0131 10:21:36.000 77 client.cc:9] " + more]) + "\n")
+    assert d.root_cause.error_type == "NetworkError" and d.root_cause.rule_id == "subsystem.network"
 
 
 def test_the_most_causal_subsystem_wins_over_the_first_line(pipe):
