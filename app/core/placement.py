@@ -225,11 +225,13 @@ def block_hosts(ev, log) -> list[str]:
 
 
 # the scheduler's record of where the job ran, printed into its output: PBS's `Exec host:
-# gpu-2-17/5` (`host/cpu`, `+` between hosts) and Slurm's `NodeList=c014` (a host list for
-# several nodes). Only a single host is taken: a job that ran on one node had its fault there.
+# gpu-2-17/5` (`host/cpu`, `+` between hosts), Slurm's `NodeList=c014` (a host list for
+# several nodes) and Moab's checkjob `Task Distribution: gpu-2-17` (`host,host` for several).
+# Only a single host is taken: a job that ran on one node had its fault there.
 _ALLOCATION_RE = regexcache.compile(
     r"^\s*(?:Exec host|exec_host)\s*[:=]\s*([A-Za-z][\w.-]*)/[\d*]+\s*$"
-    r"|\bNodeList=([A-Za-z][\w.-]*)(?=\s|$)")
+    r"|\bNodeList=([A-Za-z][\w.-]*)(?=\s|$)"
+    r"|^\s*Task Distribution:\s*([A-Za-z][\w.-]*)\s*$")
 
 
 def allocated_host(templates) -> str | None:
@@ -237,10 +239,10 @@ def allocated_host(templates) -> str | None:
     else None (no such line, or lines that name different hosts)."""
     found = set()
     for t in templates:
-        if "xec" not in t.text and "NodeList=" not in t.text:
+        if "xec" not in t.text and "NodeList=" not in t.text and "Task Distribution" not in t.text:
             continue
         if m := _ALLOCATION_RE.search(t.text):
-            found.add(m.group(1) or m.group(2))
+            found.add(m.group(1) or m.group(2) or m.group(3))
     return next(iter(found)) if len(found) == 1 else None
 
 

@@ -240,7 +240,9 @@ def test_a_node_loss_in_one_hosts_log_does_not_name_the_survivor():
 @pytest.mark.parametrize("allocation, host", [
     ("Exec host:  gpu-2-17/5", "gpu-2-17"),  # PBS/Torque's job record
     ("[2022-05-27T10:42:30.509] sched: Allocate JobId=127441 NodeList=c014 #CPUs=2 Partition=gpu", "c014"),
+    ("Task Distribution: gpu-2-17", "gpu-2-17"),  # Moab's checkjob
     ("Exec host:  gpu-2-17/5+gpu-2-18/5", None),  # two hosts: no guess
+    ("Task Distribution: gpu-2-17,gpu-2-18", None),
     ("JobId=7 NodeList=gpu[01-02] BatchHost=gpu01", None),
 ])
 def test_a_node_failure_of_a_one_host_job_names_its_host(allocation, host):
