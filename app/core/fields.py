@@ -9,7 +9,8 @@ the start of the line (pdsh and DeepSpeed's multi-node launcher write `node-12: 
 `10.0.0.15: `; pdsh's own `pdsh@launcher: node-12: ssh exited ...` is about the remote host;
 Ray's `(RayTrainWorker pid=364, ip=10.0.0.218) ` on output relayed to the driver),
 NCCL's `host:pid:tid [dev]` after the launcher's tags (`[1,4]<stdout>:` from mpirun
---tag-output, `[default0]:`, `[rank3]:`), a shell prompt (`user@host:~$ cmd`), syslog. An IP
+--tag-output, `[default0]:`, `[rank3]:`), `kubectl logs --prefix`'s `[pod/NAME/CONTAINER] `, Open
+MPI's `[host:pid] ` on its own reports, a shell prompt (`user@host:~$ cmd`), syslog. An IP
 address anywhere else in a message (a master address, a peer, `connect to 10.1.2.3:29500`) is
 not the line's host, and neither is `srun --label`'s `0: ` (a task id).
 """
@@ -81,6 +82,12 @@ _HOST_RES = [
     # Ray relays a task's or actor's output to the driver as "(RayTrainWorker pid=364, ip=10.0.0.218) ..."
     # (the address only for another node than the driver's)
     regexcache.compile(r"^" + _QUOTE + r"\((?:[^()\s]+ )?pid=\d+, ip=(" + _IPV4 + r")\)"),
+    # `kubectl logs --prefix`: "[pod/trainer-worker-3/pytorch] ..." (the pod is the host a
+    # Kubernetes job's line comes from, whatever its name)
+    regexcache.compile(r"^" + _QUOTE + r"\[pod/([a-z0-9][a-z0-9.-]*)/[\w.-]+\] "),
+    # Open MPI's own reports on a process (its signal handler, opal's backtrace, its show_help):
+    # "[node-3:12345] *** Process received signal ***", "[node-3:12345] Signal: Segmentation fault (11)"
+    regexcache.compile(r"^" + _QUOTE + r"\[(" + _HOST_TOKEN + r"):\d{2,7}\] "),
     _PROMPT_RE,
     # Cray MPICH's abort report names the node of the rank: "MPICH ERROR [Rank 5] [job id 40341.0]
     # [Tue Dec 12 17:52:24 2023] [nid001097] - Abort(...)" (`[unknown]` before it on some versions)

@@ -39,6 +39,9 @@ from app.core.keptshapes import field_ranges
     ("zeyer@cn-234 ~ % nvidia-smi", "cn-234"),
     ("[alice@gpu-3 ~]$ dmesg -T | grep Xid", "gpu-3"),
     ("root@node1:~# dmesg -T | grep NVRM", "node1"),
+    # kubectl logs --prefix names the pod; Open MPI's own reports carry `[host:pid]`
+    ("[pod/trainer-worker-3/pytorch] RuntimeError: CUDA error: unspecified launch failure", "trainer-worker-3"),
+    ("[ichost003:36495] *** Process received signal ***", "ichost003"),
     # syslog's host field is the host by the format, whatever its name, when a program tag follows
     ("Dec 31 01:21:28 FORGE ollama[555324]: cuda driver library failed to get device context 46", "FORGE"),
     ("2024-01-03T04:05:06.123456+00:00 dgx17 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
@@ -78,6 +81,8 @@ def test_a_prefix_that_names_the_host_of_the_line(line, host):
     "mchorse@172.17.0.2: Permission denied (publickey,password).",
     "MPICH ERROR [Rank 0] - Abort(1): Internal error",
     "Dec 31 01:21:28 the quick brown fox: jumps",  # no program tag after the word
+    "[E socket.cpp:435] [c10d] The server socket has failed to listen",  # c10's severity and file
+    "[2024-01-01 12:00:00,123] [INFO] step 3",
 ])
 def test_an_address_or_label_that_does_not_name_the_line_host(line):
     assert extract_host(line) is None
