@@ -37,7 +37,8 @@ _PREFIX_HOST = "(?:" + _IPV4 + r"|(?!E[A-Z0-9]\d{4}:)" + _HOST_TOKEN + ")"
 # tags launchers put before the program's own text: `[1,4]<stdout>:` (mpirun --tag-output, maybe
 # behind its ISO timestamp or --timestamp-output's ctime one, `Fri Aug 11 12:31:45 2023[1,0]<stdout>:`),
 # `[default0]:`, `[rank3]:`, `[3]`
-_TAGS = (r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?:?\s|\[\d{4}-\d\d-\d\d[ T][\d:.,]+\]\s|"
+_TAGS = (r"(?:[\w./-]+\.(?:log|txt|out|err)(?::\d+)?:)?"  # grep -H's `file.log:` (and -n's line number)
+         r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z?:?\s|\[\d{4}-\d\d-\d\d[ T][\d:.,]+\]\s|"
          r"[A-Z][a-z]{2} [A-Z][a-z]{2} {1,2}\d{1,2} [\d:]{8} \d{4}(?=\[\d+,\d+\]<std))?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
          r"|\[(?:rank|Rank)\d+\]:|\[\d+\])?")
 # a shell prompt: `(venv) root@node1:~/dir# cmd`, `user@host:~$ cmd`, zsh `user@host ~ % cmd`,

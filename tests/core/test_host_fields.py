@@ -39,6 +39,9 @@ from app.core.keptshapes import field_ranges
     ("zeyer@cn-234 ~ % nvidia-smi", "cn-234"),
     ("[alice@gpu-3 ~]$ dmesg -T | grep Xid", "gpu-3"),
     ("root@node1:~# dmesg -T | grep NVRM", "node1"),
+    # (a multi-file grep's `file.log:` before the line and its time stamp)
+    ("prefill-2.log:[2025-09-17 15:16:23] prefill-2:311:405 [0] transport/net_ib.cc:199 NCCL WARN NET/IB : port error",
+     "prefill-2"),
     # kubectl logs --prefix names the pod; Open MPI's own reports carry `[host:pid]`
     ("[pod/trainer-worker-3/pytorch] RuntimeError: CUDA error: unspecified launch failure", "trainer-worker-3"),
     ("[ichost003:36495] *** Process received signal ***", "ichost003"),
