@@ -37,9 +37,10 @@ VOCABULARY_CONFIDENCE = 0.35
 # a line at a non-error severity: Python logging's WARNING/INFO/DEBUG, logfmt's level=, `[W ...]`,
 # Python's `...Warning:` (an NCCL WARN is NCCL's error level, but an NCCL line no rule types is
 # its own event, not a line read here)
+# (the level names as loggers print them, upper case: "a warning above" in prose is no level)
 _SOFT_SEVERITY = regexcache.compile(
-    r"(?i)(?<![\w-])(?:WARNING|WARN|INFO|DEBUG|NOTICE)(?![\w-])|level=(?:warn|warning|info|debug)\b"
-    r"|\[[WI] |\b[A-Z]\w*Warning:")
+    r"(?<![\w-])(?:WARNING|WARN|INFO|DEBUG|NOTICE)(?![\w-])|(?i:\blevel=(?:warn|warning|info|debug)\b)"
+    r"|\[[WI] |\b[A-Z]\w*Warning:|(?:^|[\s>])warning: ")  # (gdb's / a compiler's `warning: ...`)
 # NCCL's own error level is WARN
 _NCCL_WARN = regexcache.compile(r"\bNCCL WARN\b")
 # a line that says the failure it names is over or is being retried (`wandb: Network error resolved

@@ -50,6 +50,7 @@ def test_a_line_naming_a_subsystem_and_a_failure_is_typed_by_it(line, rule_id):
     "Loading /opt/rocm/lib/librccl.so failed",  # a path, not a subsystem named
     "ERROR: tokenizer config failed to parse",  # a failure of no subsystem in the vocabulary
     "connected to 8 peers",  # a subsystem without a failure
+    "time=2024-12-31T01:21:28 level=WARN msg=\"gpu 3 failed to report its temperature\"",  # logfmt level
     "wandb: Network error resolved after 0:01:10.030828, resuming normal operation.",  # over
     "ERROR rpc to 10.0.0.4:6170 failed: connection reset, retrying in 5 s",  # retried
 ])
@@ -66,6 +67,12 @@ def test_an_untyped_gpu_failure_is_named_but_investigated(pipe):
     assert d.root_cause.confidence == VOCABULARY_CONFIDENCE
     assert d.action.kind == "investigate"
     assert "subsystem vocabulary" in d.root_cause.explanation
+
+
+def test_a_level_word_in_prose_is_no_level():
+    line = "ERROR: GPU 3 failed to initialise, see the warning above"
+    got = vocabulary_of(load_rules()).type_line(line)
+    assert got is not None and got.id == "subsystem.gpu"
 
 
 def test_a_loss_said_without_error_or_failed_is_read(pipe):
