@@ -48,7 +48,8 @@ _PREFIX_RE = regexcache.compile(
     r"|\((?:[\w.-]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s"
     r"|(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9_-]*\d[a-z0-9_.-]*|[a-z][a-z0-9_]*-[a-z0-9_.-]+|\d{1,5}):\s)")
 _HEADER = "Traceback (most recent call last):"
-_FRAME_RE = regexcache.compile(r'^\s+File "(?P<path>[^"]*)", line \d+, in (?P<func>\S+)')
+# (a path a poster redacted may have lost its opening quote: `File <path_to_pkg>/gopen.py", line 121`)
+_FRAME_RE = regexcache.compile(r'^\s+File "?(?P<path>[^"\n]*)", line \d+, in (?P<func>\S+)')
 # a frame's source line that raises a class by name: `    raise FileNotFoundError(f"Dict not found: {p}")`
 _RAISE_RE = regexcache.compile(r'^\s+raise (?P<cls>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout))'
                                r'\((?:[rbfu]?(?P<q>["\'])(?P<msg>[^"\'\n]*)(?P=q))?')

@@ -267,6 +267,17 @@ RuntimeError: Cannot re-initialize CUDA in forked subprocess.
 """
 
 
+# a path the poster redacted, its opening quote lost with it
+DEL_REDACTED_PATH = """
+Traceback (most recent call last):
+  File <path_to_webdataset_package>/gopen.py", line 121, in __del__
+    self.close()
+  File "<path_to_webdataset_package>gopen.py", line 109, in close
+    self.wait_for_child()
+OSError: (('aws s3 cp <s3_url> -',), {'shell': True, 'bufsize': 8192}): exit 1 (read) {}
+"""
+
+
 RAY_ACTOR_EXIT = """
 (pid=13200) Traceback (most recent call last):
 (pid=13200)   File "/home/user/.local/lib/python3.8/site-packages/ray/actor.py", line 1001, in __ray_terminate__
@@ -294,7 +305,7 @@ OSError: [Errno 39] Directory not empty: '/tmp/pymp-7a7ja_j_'
 
 @pytest.mark.parametrize("text,why", [
     (DATALOADER_DEL, "__del__"), (ATEXIT_WANDB, "atexit"), (SHUTDOWN_THREAD, "shutdown"), (DEL_FRAME_ONLY, "__del__"),
-    (RAY_ACTOR_EXIT, "exit status 0"), (PYMP_FINALIZER, "_run_finalizers"),
+    (RAY_ACTOR_EXIT, "exit status 0"), (PYMP_FINALIZER, "_run_finalizers"), (DEL_REDACTED_PATH, "__del__"),
 ])
 def test_teardown_exceptions_are_marked(text: str, why: str) -> None:
     (rec,) = records(text)
