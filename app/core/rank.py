@@ -165,15 +165,35 @@ def survived_before(log: CompressedLog) -> int:
 _NONFINITE_KEY = regexcache.compile(r"(?i)\b((?:[a-z]+[_ ])?(?:loss(?:_[a-z]+){0,2}|grad[_ ]norm))'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?(?:nan|inf)\b")
 
 
+# a loss printed with a finite value other than zero (`loss: 2.5128`; a loss of exactly 0 is a
+# collapse, not health)
+_LIVE_LOSS = regexcache.compile(r"(?i)\bloss'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?(?:0*[1-9]\d*(?:\.\d*)?|0*\.\d*[1-9])")
+
+
+# ... unless the trainer's own counter on the line says it skipped nothing (Megatron's `number of
+# skipped iterations:   0` beside `grad norm: nan`: the update was applied)
+_NONE_SKIPPED = regexcache.compile(r"(?i)\bskipped[ _]iter(?:ation)?s?\b\s*[:=]\s*0\b")
+
+
 def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:
-    """A later line prints the quantity that was nan/inf (same key) with a finite value."""
+    """A later line prints the quantity that was nan/inf (same key) with a finite value; or the
+    quantity is a grad norm printed beside a live loss on every line that has it, and the loss
+    is still live on a later line (mixed precision's scaler skipped the steps the norm overflowed
+    on: the loss goes on), unless the line's own counter says no iteration was skipped."""
     m = _NONFINITE_KEY.search(ev.text)
     if m is None:
         return False
     finite = regex.compile(regex.escape(m.group(1)) + r"'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?\d", regex.I)
     later = [t.text for t in log.templates if t.first_line > ev.last_line]
     later += [text for line, text in log.context.items() if line > ev.last_line]
-    return any(finite.search(text) for text in later)
+    if any(finite.search(text) for text in later):
+        return True
+    key = m.group(1).lower()
+    if "grad" not in key or "loss" in key or any(_NONE_SKIPPED.search(o.text) for o in ev.occurrences):
+        return False
+    since = [t.text for t in log.templates if t.first_line > ev.first_line]
+    since += [text for line, text in log.context.items() if line > ev.first_line]
+    return all(_LIVE_LOSS.search(o.text) for o in ev.occurrences) and any(_LIVE_LOSS.search(t) for t in since)
 
 
 # the trainer's own guard says it dropped that update (espnet `The grad norm is nan. Skipping

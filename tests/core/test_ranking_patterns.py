@@ -4,7 +4,8 @@
 - what a glog / c10 emitter printed at its warning level, with nothing failing after it, is no
   failure; the same line followed by a traceback is still the cause;
 - a non-finite loss is not "recovered" by later steps, and one the log shows from the start is
-  investigated, not rolled back;
+  investigated, not rolled back; a non-finite grad norm beside a loss that goes on is mixed
+  precision's skipped step;
 - a collective timeout caused by the job's own slow step (tokenizing, saving) is no_retry; one
   with no visible cause is investigated.
 """
@@ -74,6 +75,20 @@ def test_a_stall_warning_at_glog_warning_level_still_shows_a_stall(pipe):
             "than 60 seconds.")
     d = run(pipe, line + "\n")
     assert d.root_cause.error_type == "Hang"
+
+
+MMENGINE = ("10/30 22:{m}:57 - mmengine - INFO - Epoch(train) [1][{n}/735]  lr: 1.9813e-04  eta: 2:44:49  time: 2.8874  "
+            "data_time: 0.0042  memory: 10762  loss: {loss}  grad_norm: nan")
+
+
+def test_a_nan_grad_norm_beside_a_loss_that_goes_on_is_an_overflow_the_scaler_skipped(pipe):
+    lines = [MMENGINE.format(m=19, n=240, loss="2.5128"), MMENGINE.format(m=20, n=250, loss="2.4566")]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "Unknown"
+    # a loss that collapsed to zero beside it is no health
+    lines = [MMENGINE.format(m=19, n=240, loss="0.0000"), MMENGINE.format(m=20, n=250, loss="0.0000")]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "NaNLoss"
 
 
 def test_nan_is_not_recovered_by_more_steps(pipe):
