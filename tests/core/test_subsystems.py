@@ -2,7 +2,7 @@
 typed is named by the subsystem and the failure its line names, with a confidence too low to act
 on; warning-level lines, runs that went on and typed failures are left alone. (Only lines the
 compressor flags as error-looking are read: `error`, `failed`, `fatal`, `timed out`, and the
-words of a loss without them: `lost`, `down`, `unreachable`, `preempted`, `halted`...)"""
+words of a loss without them: `lost`, `unreachable`, `preempted`, `halted`...)"""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_a_level_word_in_prose_is_no_level():
 
 
 def test_a_loss_said_without_error_or_failed_is_read(pipe):
-    # the compressor flags the words of a loss (`lost`, `down`, `preempted`...) as error-looking
+    # the compressor flags the words of a loss (`lost`, `preempted`, `halted`...) as error-looking
     d = run(pipe, "step 10 loss 2.31\nscheduler: node trn1-17 lost, rescheduling its pods\n")
     assert d.root_cause.error_type == "NodeFailure" and d.root_cause.rule_id == "subsystem.node"
     d = run(pipe, "step 10 loss 2.31\nfooaccel: accelerator 3 halted\n")
