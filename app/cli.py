@@ -296,12 +296,12 @@ def rules_test(rules_dir: str | None, overlay: str | None) -> None:
         _fail(f"bad rules: {exc}")
     failures = check_examples(rs)
     n = sum(len(r.spec.examples.match) + len(r.spec.examples.no_match) for r in [*rs.diagnosis, *rs.filters])
-    n += sum(len(e.examples.match) + len(e.examples.no_match) for e in rs.exceptions)
+    n += sum(len(e.examples.match) + len(e.examples.no_match) for e in [*rs.exceptions, *rs.subsystems])
     for f in failures:
         want = "should match" if f.expected_match else "should not match"
         click.echo(f"FAIL {f.source}: {f.rule_id} {want}: {f.example}")
     click.echo(f"{len(rs.diagnosis)} diagnosis rules, {len(rs.filters)} filter rules, {len(rs.policies)} policies, "
-               f"{len(rs.exceptions)} exception-table entries; "
+               f"{len(rs.exceptions)} exception-table entries, {len(rs.subsystems)} subsystem-vocabulary entries; "
                f"{n - len(failures)}/{n} examples pass (rules version {rs.version})")
     sys.exit(1 if failures else 0)
 
@@ -395,6 +395,13 @@ def rules_explain(line: str, rules_dir: str | None) -> None:
         click.echo(f"{rule.id} [{rule.source}] {kind} groups={json.dumps(groups)}")
     if not found:
         click.echo("no rule matches: the line is kept (folded into its template with lines of the same shape)")
+        from app.core.subsystems import vocabulary_of
+
+        spec = vocabulary_of(rs).type_line(line)
+        if spec is not None:
+            click.echo(f"=> the subsystem vocabulary reads it as {spec.error_type.value} ({spec.id}) if the log's "
+                       "failure is otherwise untyped and the line is error-looking: the family only, the action "
+                       "stays investigate")
         return
     click.echo(_verdict(rs, line))
 

@@ -216,9 +216,14 @@ def test_rules_test_and_explain():
     out = logdx("rules", "test")
     assert out.returncode == 0, out.stdout.decode()[-2000:]
     assert b"examples pass" in out.stdout
+    assert b"subsystem-vocabulary entries" in out.stdout
     out = logdx("rules", "explain", "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered")
     assert out.returncode == 0
     assert b"ECCError" in out.stdout
+    # a line no rule knows: what the subsystem vocabulary would make of it
+    out = logdx("rules", "explain", "ERROR fooaccel: accelerator 3 halted: fatal firmware error")
+    assert out.returncode == 0
+    assert b"no rule matches" in out.stdout and b"CUDAError (subsystem.gpu)" in out.stdout
 
 
 def test_unknown_llm_backend_is_refused_with_one_line():
