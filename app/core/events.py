@@ -85,13 +85,19 @@ def _attach_summary_fields(occ: Occurrence, nearby: dict[int, str]) -> None:
             occ.rank = int(m.group("rank"))
 
 
+def kept_lines_by_number(log: CompressedLog) -> dict[int, str]:
+    """The kept lines the compressor can give back by number: each template's first line and the
+    context kept around error lines."""
+    return {**{t.first_line: t.text for t in log.templates}, **log.context}
+
+
 def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
     """Group rule occurrences into events (one per rule and resolved type), in line order.
     `exceptions`: an `app.core.exceptions.ExceptionView` of the log's tracebacks (None: off); an
     occurrence on an exception line is then typed/role-labelled by it (a teardown exception is
     its own, recovered, event) and exception lines no rule matched become events of their own."""
     by_key: dict[tuple[str, ...], ErrorEvent] = {}
-    nearby = {**{t.first_line: t.text for t in log.templates}, **log.context}
+    nearby = kept_lines_by_number(log)
     # occurrences are capped per rule; the folded template knows the true last line
     template_last = {fold_key(t.text): t.last_line for t in log.templates if t.flagged}
     for occ in sorted(log.occurrences, key=lambda o: o.line):

@@ -26,7 +26,7 @@ import regex
 
 from app.core import ablation, regexcache, timestamps
 from app.core.compressed import BINARY_TEXT, CompressedLog, Occurrence
-from app.core.events import GLOG_NOT_ERROR, RETRY_LOOKAHEAD, ErrorEvent
+from app.core.events import GLOG_NOT_ERROR, RETRY_LOOKAHEAD, ErrorEvent, kept_lines_by_number
 from app.core.fields import extract_host, extract_rank
 from app.core.subsystems import VOCABULARY_CONFIDENCE
 from app.core.types import (
@@ -184,16 +184,20 @@ def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:
     if m is None:
         return False
     finite = regex.compile(regex.escape(m.group(1)) + r"'?\s*(?:[:=]\s*|\s+)(?:tensor\()?[-+]?\d", regex.I)
-    later = [t.text for t in log.templates if t.first_line > ev.last_line]
-    later += [text for line, text in log.context.items() if line > ev.last_line]
-    if any(finite.search(text) for text in later):
+    if any(finite.search(text) for text in _kept_after(log, ev.last_line)):
         return True
     key = m.group(1).lower()
     if "grad" not in key or "loss" in key or any(_NONE_SKIPPED.search(o.text) for o in ev.occurrences):
         return False
-    since = [t.text for t in log.templates if t.first_line > ev.first_line]
-    since += [text for line, text in log.context.items() if line > ev.first_line]
-    return all(_LIVE_LOSS.search(o.text) for o in ev.occurrences) and any(_LIVE_LOSS.search(t) for t in since)
+    return all(_LIVE_LOSS.search(o.text) for o in ev.occurrences) and any(
+        _LIVE_LOSS.search(text) for text in _kept_after(log, ev.first_line))
+
+
+def _kept_after(log: CompressedLog, line: int) -> list[str]:
+    """The kept lines after `line` that the compressor can give back: templates' first lines and
+    the context around error lines."""
+    return [t.text for t in log.templates if t.first_line > line] + [
+        text for n, text in log.context.items() if n > line]
 
 
 # the trainer's own guard says it dropped that update (espnet `The grad norm is nan. Skipping
@@ -268,6 +272,18 @@ def _wrapped_teardown(events: list[ErrorEvent]) -> None:
             ev.recovered = True
 
 
+def _warned_and_went_on(live: list[ErrorEvent], log: CompressedLog, harmless: frozenset[int]) -> bool:
+    """Every error was printed at warning or info severity by an emitter that has an error level
+    (glog / c10: `W tensorflow/...] Could not load dynamic library ...`) and no other error-looking
+    line (a traceback, an E or F line) follows: the emitter went on, the log shows no failure (a
+    stall warning is how a stall shows: not this)."""
+    if not all(ev.leveled_warning and ev.error_type is not ErrorType.Hang for ev in live):
+        return False
+    first = min(ev.first_line for ev in live)
+    return not any(line >= first and line not in harmless and not GLOG_NOT_ERROR.search(text)
+                   for line, text in log.flagged_lines)
+
+
 def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: frozenset[int] = frozenset()) -> Ranking:
     """`harmless`: lines of tracebacks printed at teardown or ignored (app/core/exceptions.py),
     which are not error-looking lines of a log with no failure."""
@@ -284,14 +300,7 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: froze
         # its local connections), with no process's own error: the log shows no failure
         for ev in live:
             ev.recovered = True
-    elif live and ablation.enabled("severity") and all(
-            ev.leveled_warning and ev.error_type is not ErrorType.Hang for ev in live) and not any(
-            line >= min(ev.first_line for ev in live) and line not in harmless and not GLOG_NOT_ERROR.search(text)
-            for line, text in log.flagged_lines):
-        # every error was printed at warning or info severity by an emitter that has an error level
-        # (glog / c10: `W tensorflow/...] Could not load dynamic library ...`) and no other
-        # error-looking line (a traceback, an E or F line) follows: the emitter went on, the log
-        # shows no failure (a stall warning is how a stall shows: not this)
+    elif live and ablation.enabled("severity") and _warned_and_went_on(live, log, harmless):
         for ev in live:
             ev.recovered = True
     root = max(events, key=_key)
@@ -342,8 +351,7 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
     for ev in events:
         if ev.error_type is ErrorType.Unknown and not ev.recovered and effective_role(ev) is not Role.SYMPTOM:
             lines += [(o.line, o.text) for o in ev.occurrences if o.line not in harmless]
-    nearby = {**{t.first_line: t.text for t in log.templates}, **log.context}
-    typed = vocabulary.type_lines(lines, nearby)
+    typed = vocabulary.type_lines(lines, kept_lines_by_number(log))
     if typed is None:
         return ranking
     # its line as an event of its own (no rule): where the line was printed and the hosts it
