@@ -340,6 +340,27 @@ def _client_side(m: TableMatch, rec: ExceptionRecord) -> TableMatch:
                    entry_id=m.entry_id + ":http-client", action=None)
 
 
+# a data pipeline library's own frames (installed packages: a project's `data/datasets/` module is
+# not one): a generic value/key/index/type error raised inside one is a record or shard the
+# library could not read (a malformed tar shard, a column a dataset lacks), the data's fault
+_DATA_LIBRARY_FRAME_RE = regexcache.compile(
+    r"(?:site|dist)-packages[/\\](?:webdataset|datasets|pyarrow|streaming|torchdata|tensorflow_datasets|litdata"
+    r"|lance|petastorm|nvidia[/\\]dali)[/\\]")
+_DATA_GENERIC = frozenset({ErrorType.ValueError, ErrorType.KeyError, ErrorType.IndexError, ErrorType.TypeError})
+
+
+def _data_side(m: TableMatch, rec: ExceptionRecord) -> TableMatch:
+    """A generic value/key/index/type error whose innermost frame is in a data pipeline library
+    is a record the library could not read (DatasetLoadingError)."""
+    if m.error_type not in _DATA_GENERIC or not rec.frames:
+        return m
+    if not _DATA_LIBRARY_FRAME_RE.search(rec.frames[-1].rsplit(":", 1)[0]):
+        return m
+    return replace(m, error_type=ErrorType.DatasetLoadingError,
+                   category=default_category(ErrorType.DatasetLoadingError), entry_id=m.entry_id + ":data-library",
+                   action=None)
+
+
 # generic classes that often wrap a more specific one (named in their message)
 _GENERIC_WRAPPERS = frozenset({"exc.unknown-class", "exc.exc-runtime", "exc.exc-os"})
 _INNER_REPR_RE = regexcache.compile(
@@ -560,7 +581,7 @@ class ExceptionView:
         self.records = parse_tracebacks(self.kept, anchors)
         self.by_line = {r.line: r for r in self.records}
         self.matches = {
-            r.line: _client_side(self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r)
+            r.line: _data_side(_client_side(self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r), r)
             for r in self.records}
         done = log.completed.line if log.completed is not None else None
         went_on = recovered_before(log)

@@ -261,11 +261,17 @@ def _wrapped_teardown(events: list[ErrorEvent]) -> None:
     status: ... CUDA_ERROR_DEINITIALIZED` under `F ... Unexpected Event status: 1`): of a teardown
     symptom it is that teardown, the process aborting while it exited; of a recovered error it
     is recovered."""
+    def carries(ev: ErrorEvent, e: ErrorEvent) -> bool:
+        # (another one-line wrapper is no message: PyTorch's note under `what(): CUDA error: ...`
+        # wraps the same error as the `terminate called` above it)
+        return e is not ev and not (e.role is Role.WRAPPER and e.count == 1 and not e.teardown_alone
+                                    and not e.recovered)
+
     for ev in events:
         if ev.role not in (Role.SYMPTOM, Role.WRAPPER) or ev.count != 1 or ev.recovered or ev.teardown_alone:
             continue
-        carried = [e for e in events if e is not ev and 0 < e.first_line - ev.first_line <= 2] or [
-            e for e in events if e is not ev and 0 < ev.first_line - e.first_line <= 2]
+        carried = [e for e in events if carries(ev, e) and 0 < e.first_line - ev.first_line <= 2] or [
+            e for e in events if carries(ev, e) and 0 < ev.first_line - e.first_line <= 2]
         if carried and all(e.teardown_alone for e in carried):
             ev.teardown_alone = True
         elif carried and all(e.recovered for e in carried):
