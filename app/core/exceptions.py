@@ -341,16 +341,17 @@ def _client_side(m: TableMatch, rec: ExceptionRecord) -> TableMatch:
 
 
 # a data pipeline library's own frames (installed packages: a project's `data/datasets/` module is
-# not one): a generic value/key/index/type error raised inside one is a record or shard the
+# not one): a generic value/index/type error raised inside one is a record or shard the
 # library could not read (a malformed tar shard, a column a dataset lacks), the data's fault
 _DATA_LIBRARY_FRAME_RE = regexcache.compile(
     r"(?:site|dist)-packages[/\\](?:webdataset|datasets|pyarrow|streaming|torchdata|tensorflow_datasets|litdata"
     r"|lance|petastorm|nvidia[/\\]dali)[/\\]")
-_DATA_GENERIC = frozenset({ErrorType.ValueError, ErrorType.KeyError, ErrorType.IndexError, ErrorType.TypeError})
+# (not KeyError: a column the code asks for and the dataset lacks is as often the code's)
+_DATA_GENERIC = frozenset({ErrorType.ValueError, ErrorType.IndexError, ErrorType.TypeError})
 
 
 def _data_side(m: TableMatch, rec: ExceptionRecord) -> TableMatch:
-    """A generic value/key/index/type error whose innermost frame is in a data pipeline library
+    """A generic value/index/type error whose innermost frame is in a data pipeline library
     is a record the library could not read (DatasetLoadingError)."""
     if m.error_type not in _DATA_GENERIC or not rec.frames:
         return m
