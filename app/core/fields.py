@@ -66,13 +66,16 @@ _LAUNCHER_PREFIX_RE = regexcache.compile(
 _NAMED_HOST_RE = regexcache.compile(r"\b(?:host(?:name)?|node)[=:\s]\s?(" + _HOST_TOKEN + r")\b")
 # a line quoted in an issue thread or a mail keeps its fields behind the quote mark: "> node-12: ..."
 _QUOTE = r"(?:> ?)?"
+# syslog's month: `Jul`, or under a CJK locale `7月`
+_SYSLOG_MONTH = r"(?:[A-Z][a-z]{2}|\s?\d{1,2}\u6708)"
 _HOST_RES = [
     # syslog / journald: "Jul 14 03:12:55 node-12 kernel: ..."
-    regexcache.compile(r"^" + _QUOTE + r"[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
+    # (a CJK locale prints the month as a number: "4月 28 15:08:10 master-02 containerd[38]: ...")
+    regexcache.compile(r"^" + _QUOTE + _SYSLOG_MONTH + r"\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
     # ... where the field after the time stamp is the host by the format (RFC 3164; rsyslog's
     # high-precision ISO stamp), whatever its name, when the program tag follows it: "Dec 31
     # 01:21:28 FORGE ollama[555]: ...", "2024-01-03T04:05:06.123+00:00 gpu17 kernel: ..."
-    regexcache.compile(r"^" + _QUOTE + r"(?:[A-Z][a-z]{2}\s+\d{1,2}\s[\d:]{8}|\d{4}-\d\d-\d\dT[\d:.]{8,}(?:Z|[+-]\d\d:\d\d))"
+    regexcache.compile(r"^" + _QUOTE + r"(?:" + _SYSLOG_MONTH + r"\s+\d{1,2}\s[\d:]{8}|\d{4}-\d\d-\d\dT[\d:.]{8,}(?:Z|[+-]\d\d:\d\d))"
                        r"\s([A-Za-z][A-Za-z0-9_.-]*)\s(?:kernel|[\w./-]+\[\d+\]):\s"),
     # NCCL: "node-12:1234:5678 [3] NCCL ...", behind a launcher's tags
     regexcache.compile(r"^" + _QUOTE + _TAGS + "(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
