@@ -367,8 +367,7 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
     ev = ErrorEvent(
         id="", error_type=typed.error_type, category=default_category(typed.error_type), role=Role.CAUSE,
         priority=typed.priority, rule_id=typed.rule_id, first_line=typed.line, count=1, text=typed.text,
-        occurrences=[occ], hint=typed.hint, action=typed.action, first_rank=occ.rank, first_host=occ.host,
-        last_line=typed.line)
+        occurrences=[occ], hint=typed.hint, first_rank=occ.rank, first_host=occ.host, last_line=typed.line)
     if occ.rank is not None:
         ev.ranks.add(occ.rank)
     if occ.host:
@@ -378,8 +377,7 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
         evidence=[Evidence(line=typed.line, text=typed.text[:2000])],
         explanation=(f"No rule matched this failure; line {typed.line} names a subsystem and a failure, so it is read "
                      f"as {typed.error_type.value} by the subsystem vocabulary (rule {typed.rule_id}), not by a rule "
-                     "for this message: " + ("the entry's action applies, after the node probe; a human should confirm."
-                                             if typed.action else "too weak to act on, a human should confirm.")
+                     "for this message: too weak to act on, a human should confirm."
                      + (f" {typed.hint}" if typed.hint else "")),
         rule_id=typed.rule_id)
     return Ranking(rc, ev, ranking.co_occurring, only_symptoms=False)

@@ -149,8 +149,6 @@ class SubsystemSpec(Strict):
     nouns: Annotated[str, After(_compiles_ci)]
     failure: Annotated[str, After(_compiles_ci)]
     hint: str | None = None
-    # the action for a line this entry types (else the low-confidence policy's `investigate`)
-    action: ActionKind | None = None
     examples: Examples
 
 

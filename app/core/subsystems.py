@@ -11,10 +11,8 @@ is typed by that entry; among a log's lines the highest priority wins (a GPU's f
 node loss, storage and network errors it causes), then the earliest line.
 
 It only names the family: the answer keeps a low confidence, so the action stays `investigate`
-(the controller does not restart on a word), and the explanation says how it was reached. An
-entry may name its own `action`: a GPU or a node that an unknown emitter reports failed is probed
-and drained if the probe fails (`isolate_and_restart`: the controller's node probe decides, not
-the word). A line the emitter printed at warning, info or debug level is not read (the program went
+(the controller does not drain or restart on a word), and the explanation says how it was
+reached. A line the emitter printed at warning, info or debug level is not read (the program went
 on from it), nor a line without a severity of its own that continues such a message (the lines
 of a multi-line warning), nor a line that says its failure is over or retried (`resolved`,
 `resuming`, `reconnecting`, `retrying`), nor a line of a traceback printed at teardown (the
@@ -30,7 +28,7 @@ import regex
 
 from app.core import regexcache
 from app.core.events import GLOG_NOT_ERROR
-from app.core.types import ActionKind, ErrorType
+from app.core.types import ErrorType
 
 # the confidence of a root cause typed by vocabulary: below the low-confidence policy's 0.4, so the
 # action is `investigate`, above a "no rule matched" line's 0.2
@@ -89,7 +87,6 @@ class Typed:
     line: int
     text: str
     hint: str | None
-    action: ActionKind | None = None
 
 
 class Vocabulary:
@@ -117,7 +114,7 @@ class Vocabulary:
             if spec is None:
                 continue
             if found is None or (spec.priority, -line) > (found.priority, -found.line):
-                found = Typed(spec.id, spec.error_type, spec.priority, line, text, spec.hint, spec.action)
+                found = Typed(spec.id, spec.error_type, spec.priority, line, text, spec.hint)
         return found
 
 

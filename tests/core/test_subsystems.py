@@ -58,19 +58,20 @@ def test_warnings_paths_and_lines_without_both_are_not_typed(line):
     assert vocabulary_of(load_rules()).type_line(line) is None
 
 
-def test_an_untyped_gpu_failure_is_named_and_probed(pipe):
+def test_an_untyped_gpu_failure_is_named_but_investigated(pipe):
     lines = ["step 10 loss 2.31", "step 11 loss 2.30",
              "[ 5662.1] fooaccel 0000:3b:00.0: accelerator 3 halted: fatal firmware error",
              "Aborted (core dumped)"]
     d = run(pipe, "\n".join(lines) + "\n")
     assert d.root_cause.error_type == "CUDAError" and d.root_cause.rule_id == "subsystem.gpu"
     assert d.root_cause.confidence == VOCABULARY_CONFIDENCE
-    # the GPU entry names its action (the controller's node probe gates the drain)
-    assert d.action.kind == "isolate_and_restart"
-    assert "subsystem vocabulary" in d.root_cause.explanation and "node probe" in d.root_cause.explanation
+    # not drained on a word: on the fresh sealed splits, letting the GPU and node entries isolate
+    # drained the nodes of runs that had not failed
+    assert d.action.kind == "investigate"
+    assert "subsystem vocabulary" in d.root_cause.explanation
 
 
-def test_an_entry_without_an_action_is_investigated(pipe):
+def test_an_object_store_failure_is_named_but_investigated(pipe):
     d = run(pipe, "step 10 loss 2.31\nERROR: upload of checkpoint to s3://bucket/ckpt/step_100 failed\nAborted\n")
     assert d.root_cause.error_type == "S3StorageError" and d.root_cause.rule_id == "subsystem.object-store"
     assert d.action.kind == "investigate" and "too weak to act on" in d.root_cause.explanation
