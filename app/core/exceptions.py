@@ -342,7 +342,7 @@ def _client_side(m: TableMatch, rec: ExceptionRecord) -> TableMatch:
 
 # a data pipeline library's own frames (installed packages: a project's `data/datasets/` module is
 # not one): a generic value/index/type error raised inside one is a record or shard the
-# library could not read (a malformed tar shard, a column a dataset lacks), the data's fault
+# library could not read (a malformed tar shard, a record of the wrong shape), the data's fault
 _DATA_LIBRARY_FRAME_RE = regexcache.compile(
     r"(?:site|dist)-packages[/\\](?:webdataset|datasets|pyarrow|streaming|torchdata|tensorflow_datasets|litdata"
     r"|lance|petastorm|nvidia[/\\]dali)[/\\]")
@@ -582,7 +582,8 @@ class ExceptionView:
         self.records = parse_tracebacks(self.kept, anchors)
         self.by_line = {r.line: r for r in self.records}
         self.matches = {
-            r.line: _data_side(_client_side(self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r), r)
+            r.line: _data_side(_client_side(
+                self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r), r)
             for r in self.records}
         done = log.completed.line if log.completed is not None else None
         went_on = recovered_before(log)
