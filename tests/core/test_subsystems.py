@@ -66,7 +66,7 @@ def test_an_untyped_gpu_failure_is_named_but_investigated(pipe):
     assert d.root_cause.error_type == "CUDAError" and d.root_cause.rule_id == "subsystem.gpu"
     assert d.root_cause.confidence == VOCABULARY_CONFIDENCE
     # not drained on a word: on the fresh sealed splits, letting the GPU and node entries isolate
-    # drained the nodes of runs that had not failed
+    # isolated a run that had not failed and gained nothing overall
     assert d.action.kind == "investigate"
     assert "subsystem vocabulary" in d.root_cause.explanation
 
