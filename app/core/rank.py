@@ -194,10 +194,8 @@ def _finite_again(ev: ErrorEvent, log: CompressedLog) -> bool:
 
 
 def _kept_after(log: CompressedLog, line: int) -> list[str]:
-    """The kept lines after `line` that the compressor can give back: templates' first lines and
-    the context around error lines."""
-    return [t.text for t in log.templates if t.first_line > line] + [
-        text for n, text in log.context.items() if n > line]
+    """The kept lines after `line` that the compressor can give back by number."""
+    return [text for n, text in kept_lines_by_number(log).items() if n > line]
 
 
 # the trainer's own guard says it dropped that update (espnet `The grad norm is nan. Skipping
