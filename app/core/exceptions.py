@@ -469,8 +469,11 @@ class ExceptionTable:
 
     def resolve(self, qual: str, module: str, name: str, msg: str, inner: str | None) -> TableMatch:
         if inner:  # Ray's RayTaskError(ValueError): the task's own exception is the cause
+            # (Ray writes the class's bare name, `RayTaskError(AcceleratorError)`: an entry kept to
+            # its module family, torch's AcceleratorError, still names it)
             short = inner.rsplit(".", 1)[-1]
-            found = self.lookup(inner, inner.rsplit(".", 1)[0] if "." in inner else "", short, msg)
+            found = self.lookup(inner, inner.rsplit(".", 1)[0] if "." in inner else "", short, msg,
+                                any_module="." not in inner)
             if found is not FALLBACK:
                 return found
         outer = self.lookup(qual, module, name, msg)

@@ -511,6 +511,8 @@ def table() -> ExceptionTable:
     ("torch.cuda.OutOfMemoryError: CUDA out of memory.", ErrorType.OutOfMemoryError),
     ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", ErrorType.HostOOMKilled),
     ("ray.exceptions.RayTaskError(KeyError): ray::f() (pid=1, ip=10.0.0.2)", ErrorType.KeyError),
+    # Ray names the task's class bare: an entry kept to torch's module family still types it
+    ("ray.exceptions.RayTaskError(AcceleratorError): ray::Actor.train() (pid=7, ip=10.0.0.2)", ErrorType.CUDAError),
     ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443)", ErrorType.ConnectionError),
     ("ConnectionResetError: [Errno 104] Connection reset by peer", ErrorType.ConnectionError),
     ("botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the GetObject operation",
