@@ -108,6 +108,33 @@ def test_no_rule_log_gets_a_typed_answer_with_evidence_without_a_model(minilm, n
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("answer", ["unreachable", "unsure"])
+def test_with_a_model_that_gives_no_answer_the_vote_is_only_a_suggestion(minilm, no_exception_table, answer):
+    """A model is configured but its call fails or its answer is not accepted: the rules' Unknown
+    stands and the nearest examples' type is a note, as without a model (as the answer the vote
+    raised false alarms on a fresh split)."""
+    from app.llm.errors import LLMError
+
+    def reply(prompt, schema):
+        if answer == "unreachable":
+            raise LLMError("connection refused")
+        return {"choice": "other", "error_type": "S3StorageError", "category": "infrastructure", "action": "retry",
+                "confidence": 0.3, "explanation": "line 3 looks like throttling", "evidence_lines": [3]}
+
+    ablated = _without(*S3_RULES)
+    result = ablated.diagnose(io.BytesIO(f"step 10 loss 2.1\nsaving checkpoint step_10\n{S3_LINE}\n".encode()),
+                              workers=1)
+    agent = FailureAgent(LLMClient(FakeBackend(json_answer=reply)), policies=ablated.ruleset.policies,
+                         examples=ExampleIndex(minilm, rule_examples(ablated.ruleset.diagnosis)))
+    d = agent.refine(result)
+    assert (d.decided_by, d.root_cause.error_type) == (DecidedBy.RULES, ErrorType.Unknown)
+    assert d.action.kind.value == "investigate"
+    [note] = [n for n in d.notes if n.startswith("suggestion, not applied")]
+    assert "S3StorageError?" in note
+    assert any(n.startswith("llm") for n in d.notes)  # why the model's answer was not used
+
+
+@pytest.mark.slow
 def test_local_scoring_model_gets_candidates_on_a_no_rule_log(minilm, no_exception_table):
     ablated = _without(*S3_RULES)
     result = ablated.diagnose(io.BytesIO(f"step 1 loss 2.0\n{S3_LINE}\n".encode()), workers=1)
