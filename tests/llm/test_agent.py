@@ -34,7 +34,7 @@ def test_llm_switches_root_cause_and_records_what_it_said():
     assert d.decided_by is DecidedBy.LLM
     assert d.root_cause.error_type is ErrorType.OutOfMemoryError and d.root_cause.evidence[0].line == 95
     assert d.root_cause.rule_id == "torch-cuda-oom"
-    assert d.versions.prompt.startswith("root_cause/v2#") and d.versions.model == "fake:fake-1"
+    assert d.versions.prompt.startswith("root_cause/v3#") and d.versions.model == "fake:fake-1"
     assert any("chose e1" in n and "rules had NCCLTimeoutError" in n for n in d.notes)
     assert d.co_occurring[0].error_type is ErrorType.NCCLTimeoutError and d.co_occurring[0].role == "symptom"
     assert d.action.kind is ActionKind.NO_RETRY  # no policy given: the LLM's action

@@ -28,7 +28,7 @@ def test_registry_names_match_settings_enum():
 
 def test_every_shipped_prompt_loads():
     refs = {p.ref.split("#")[0] for p in load_all_prompts()}
-    assert {"root_cause/v2", "root_cause_choice/v1", "rule_writer/v2"} <= refs
+    assert {"root_cause/v2", "root_cause/v3", "root_cause_choice/v1", "rule_writer/v2"} <= refs
 
 
 def _write(tmp_path: Path, body: str) -> Path:
