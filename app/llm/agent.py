@@ -46,6 +46,9 @@ class AgentConfig:
     reserve_tokens: int = 700  # instructions, candidates, similar cases and the answer
     similar_k: int = 5
     two_orders: bool = True  # choice mode: average over the given and the reversed order
+    # an answer that the log shows no failure (Unknown) leads to `investigate`, the action that
+    # acts on nothing: it needs less confidence than one that names a fault the controller acts on
+    accept_unknown_at: float = 0.4
 
 
 @dataclass(frozen=True)
@@ -246,8 +249,9 @@ class FailureAgent:
             cited.insert(0, chosen.line)
         if accepted and not cited:
             accepted, reason = False, "cites no line that exists in the log"
-        if accepted and parsed.confidence < self.config.accept_at:
-            accepted, reason = False, f"confidence {parsed.confidence:.2f} < {self.config.accept_at:.2f}"
+        need = self.config.accept_unknown_at if parsed.error_type is ErrorType.Unknown else self.config.accept_at
+        if accepted and parsed.confidence < need:
+            accepted, reason = False, f"confidence {parsed.confidence:.2f} < {need:.2f}"
         if parsed.error_type is ErrorType.ChildFailedError:
             accepted, reason = False, "a symptom-only type cannot be the root cause"
         return AgentVerdict(parsed.choice, parsed.error_type, parsed.category, parsed.action,

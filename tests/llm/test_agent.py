@@ -20,6 +20,23 @@ GOOD = {"choice": "e1", "error_type": "OutOfMemoryError", "category": "framework
         "evidence_lines": [95]}
 
 
+def test_an_answer_of_no_failure_needs_less_confidence_than_a_fault():
+    """`Unknown` (the log shows no failure) leads to investigate, which acts on nothing: the agent
+    takes it at `accept_unknown_at` (0.4); a fault the controller would act on needs `accept_at`."""
+    result = make_result()  # the rules are unsure (NCCL timeouts, confidence under the trigger)
+    none = {"choice": "other", "error_type": "Unknown", "category": "unknown", "action": "investigate",
+            "confidence": 0.5, "explanation": "Training went on after line 95; nothing failed.", "evidence_lines": [95]}
+    d = json_agent(none).refine(result)
+    assert d.decided_by is DecidedBy.LLM and d.root_cause.error_type is ErrorType.Unknown
+    assert d.action.kind is ActionKind.INVESTIGATE
+    fault = {**GOOD, "confidence": 0.5}
+    d = json_agent(fault).refine(result)
+    assert d.decided_by is not DecidedBy.LLM and d.root_cause.error_type is result.diagnosis.root_cause.error_type
+    assert any("not accepted: confidence 0.50 < 0.70" in n for n in d.notes)
+    d = json_agent({**none, "confidence": 0.3}).refine(result)
+    assert d.decided_by is not DecidedBy.LLM
+
+
 def test_confident_ranking_skips_the_llm():
     backend = FakeBackend(json_answer=GOOD)
     result = make_result(root="oom", confidence=0.95)
