@@ -44,6 +44,7 @@ from app.llm.client import LLMClient  # noqa: E402
 from app.llm.errors import LLMError  # noqa: E402
 from app.llm.factory import example_index, retrieval_available  # noqa: E402
 from app.llm.prompts import load_prompt  # noqa: E402
+from eval_llm import load_cases  # noqa: E402  (bench/: the script's own folder)
 
 
 class ExchangeBackend:
@@ -89,16 +90,6 @@ class ExchangeBackend:
         return approx_tokens(text)
 
 
-def cases_of(root: Path) -> list[tuple[str, Path, dict]]:
-    base = root / "cases" if (root / "cases").is_dir() else root
-    out = []
-    for d in sorted(p for p in base.iterdir() if p.is_dir()):
-        label = next((d / n for n in ("label.json", "meta.json") if (d / n).is_file()), None)
-        if label is not None and (d / "log.txt").is_file():
-            out.append((d.name, d / "log.txt", json.loads(label.read_text())))
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["record", "replay"])
@@ -118,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     client = LLMClient(backend, mask=True, breaker=CircuitBreaker(failures=10**9))
     agent = FailureAgent(client, policies=pipeline.ruleset.policies, examples=examples,
                          config=AgentConfig(accept_at=args.accept_at), json_prompt=load_prompt(task, version or None))
-    cases = cases_of(args.cases)
+    cases = load_cases(args.cases)
     map_path = args.out / "private-map.json"
     ids = json.loads(map_path.read_text()) if map_path.is_file() else {}
     ids = {name: ids.get(name) or hashlib.sha256(name.encode()).hexdigest()[:10] for name, _, _ in cases}
