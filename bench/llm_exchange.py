@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aggregates-only", action="store_true")
     ap.add_argument("--accept-at", type=float, default=AgentConfig.accept_at,
                     help=f"the model's confidence needed to replace the rules' answer (default {AgentConfig.accept_at})")
+    ap.add_argument("--trigger-below", type=float, default=AgentConfig.trigger_below,
+                    help=f"ranking confidence under which the model is asked (default {AgentConfig.trigger_below})")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     task, _, version = args.prompt.partition("@")
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     # (every recorded request is a failed call: the breaker must not open on them)
     client = LLMClient(backend, mask=True, breaker=CircuitBreaker(failures=10**9))
     agent = FailureAgent(client, policies=pipeline.ruleset.policies, examples=examples,
-                         config=AgentConfig(accept_at=args.accept_at), json_prompt=load_prompt(task, version or None))
+                         config=AgentConfig(accept_at=args.accept_at, trigger_below=args.trigger_below), json_prompt=load_prompt(task, version or None))
     cases = load_cases(args.cases)
     map_path = args.out / "private-map.json"
     ids = json.loads(map_path.read_text()) if map_path.is_file() else {}
