@@ -336,17 +336,16 @@ class FailureAgent:
                 ev = None
                 notes.append(f"example retrieval failed: {type(exc).__name__}: {exc}")
             if ev is not None:
-                voted = self._apply_example_vote(result, ev, notes)
                 if not self.client.available:
                     # the no-model agent (build_fallback_agent): its caller makes the vote a note
-                    return Refinement(voted, verdict, None, similar, True)
+                    return Refinement(self._apply_example_vote(result, ev, notes), verdict, None, similar, True)
                 # a model was asked and gave no answer the agent accepts (or could not be reached):
                 # the rules' Unknown stands and the nearest examples' type is a suggestion, as
                 # without a model; as the answer it raised false alarms on a fresh sealed split
                 # (negative controls 2 -> 5 of 32 with the endpoint down) and named a wrong type
                 # more often than a right one on the labelled splits (bench/README.md)
                 notes.append(f"suggestion, not applied (a resemblance is no evidence): "
-                             f"{voted.root_cause.error_type.value}? {voted.root_cause.explanation}")
+                             f"{ev.error_type.value}? {_example_explanation(ev)}")
         return Refinement(replace(original, notes=[*original.notes, *notes]), verdict, rv, similar, True)
 
     def _maybe_propose_rule(self, result: Any, v: AgentVerdict, diag: Diagnosis) -> None:
@@ -425,10 +424,7 @@ class FailureAgent:
         rules = ", ".join(dict.fromkeys(m.example.rule_id for m in ev.support))
         confidence = min(0.6, ev.confidence)  # a nearest-example guess, never a confident rule
         rc = RootCause(error_type=ev.error_type, category=ev.category, confidence=confidence,
-                       evidence=[Evidence(line=ev.line, text=ev.text[:2000])],
-                       explanation=(f"No rule matched. Line {ev.line} is closest to the rule library's examples "
-                                    f"of {ev.error_type.value} (rules {rules}; similarity "
-                                    f"{max(m.similarity for m in ev.support):.2f})."))
+                       evidence=[Evidence(line=ev.line, text=ev.text[:2000])], explanation=_example_explanation(ev))
         action = self._action(ev.error_type, ev.category, confidence, None, None, "example retrieval")
         if action.kind is ActionKind.ISOLATE_AND_RESTART:
             # a line that merely resembles a hardware rule's example does not drain a node: the
@@ -460,6 +456,13 @@ class FailureAgent:
                      f"rules had {original.root_cause.error_type.value} ({original.root_cause.confidence:.2f})")
         return replace(original, root_cause=rc, co_occurring=co, action=action, decided_by=DecidedBy.RETRIEVAL,
                        notes=[*original.notes, *notes])
+
+
+def _example_explanation(ev: Any) -> str:
+    """What an example vote rests on: the line, the type and rules of the nearest examples."""
+    rules = ", ".join(dict.fromkeys(m.example.rule_id for m in ev.support))
+    return (f"No rule matched. Line {ev.line} is closest to the rule library's examples of {ev.error_type.value} "
+            f"(rules {rules}; similarity {max(m.similarity for m in ev.support):.2f}).")
 
 
 def _named(action: Action, result: Any, line: int | None = None) -> Action:
