@@ -64,8 +64,10 @@ _LAUNCHER_PREFIX_RE = regexcache.compile(
     r"|\[(?:rank|Rank|RANK)\s?\d+\]:)?")
 # "on host node-12", "hostname=node-12", "node node-12"
 _NAMED_HOST_RE = regexcache.compile(r"\b(?:host(?:name)?|node)[=:\s]\s?(" + _HOST_TOKEN + r")\b")
-# a line quoted in an issue thread or a mail keeps its fields behind the quote mark: "> node-12: ..."
-_QUOTE = r"(?:> ?)?"
+# a line quoted in an issue thread or a mail keeps its fields behind the quote mark: "> node-12: ...",
+# behind a terminal UI's box-drawing border (k9s, a tmux pane: "│ node-12:73:91 [1] NCCL ...") or
+# markdown's inline-code backtick
+_QUOTE = r"(?:[>\u2502`] ?)?"
 # syslog's month: `Jul`, or under a CJK locale `7月`
 _SYSLOG_MONTH = r"(?:[A-Z][a-z]{2}|\s?\d{1,2}\u6708)"
 _HOST_RES = [
@@ -81,6 +83,10 @@ _HOST_RES = [
     regexcache.compile(r"^" + _QUOTE + _TAGS + "(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
     # pdsh's own report on a remote host: "pdsh@launcher: 10.0.0.15: ssh exited with exit code 1"
     regexcache.compile(r"^" + _QUOTE + r"pdsh@[\w.-]+:\s(" + _PREFIX_HOST + r"):\s"),
+    # rdma-core's mlx5 provider dumps a bad completion under the host's name (providers/mlx5:
+    # "mlx5: %s: got completion with error:", `host_unknown` when it cannot tell;
+    # not a pdsh prefix `mlx5`)
+    regexcache.compile(r"^" + _QUOTE + r"mlx5: (" + _PROMPT_HOST + r"): got completion with error"),
     # pdsh / DeepSpeed multi-node launcher: "node-12: ...", "10.0.0.15: [rank37]:..."
     regexcache.compile(r"^" + _QUOTE + r"(" + _PREFIX_HOST + r"):\s"),
     # Ray relays a task's or actor's output to the driver as "(RayTrainWorker pid=364, ip=10.0.0.218) ..."
@@ -89,6 +95,10 @@ _HOST_RES = [
     # `kubectl logs --prefix`: "[pod/trainer-worker-3/pytorch] ..." (the pod is the host a
     # Kubernetes job's line comes from, whatever its name)
     regexcache.compile(r"^" + _QUOTE + r"\[pod/([a-z0-9][a-z0-9.-]*)/[\w.-]+\] "),
+    # nccl-tests' failure reports name the host whatever its name (src/common.h: CUDACHECK and
+    # NCCLCHECK print "%s: Test CUDA failure %s:%d '%s'" / "%s: Test NCCL failure ...", TESTCHECK
+    # " .. %s pid %d: Test failure %s:%d"; older versions without the pid), behind mpirun's tags
+    regexcache.compile(r"^" + _QUOTE + _TAGS + r"(?: \.\. )?(" + _PROMPT_HOST + r")(?: pid \d+)?: Test (?:CUDA |NCCL )?failure "),
     # Open MPI's own reports on a process (its signal handler, opal's backtrace, its show_help):
     # "[node-3:12345] *** Process received signal ***", "[node-3:12345] Signal: Segmentation fault (11)"
     regexcache.compile(r"^" + _QUOTE + r"\[(" + _HOST_TOKEN + r"):\d{2,7}\] "),
@@ -119,10 +129,12 @@ _LOCATED_RES = [
                        r"lost|rebooted|had condition)"),
     regexcache.compile(r"\b(?:evicted from|on|from) node \"?(" + _LOCATED_HOST + r")\"?"),
     regexcache.compile(r"\bOwner Ip address:\s*(" + _IPV4 + r")"),
+    # Ray's driver on a node's raylet that went away: "Raylet is terminated: ip=172.29.58.133, id=..."
+    regexcache.compile(r"\bRaylet is terminated: ip=(" + _IPV4 + r")"),
     regexcache.compile(r"\bnode_ip(?:_address)?[=:]\s*['\"]?(" + _IPV4 + r")"),
     regexcache.compile(r"(?i)\bnode (?:id[: ]+\S+ )?(?:and )?(?:address|ip)[: ]+(" + _IPV4 + r")"),
 ]
-_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<")
+_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<", "Raylet")
 # Open MPI's help texts name the other end in a key-value line of their own, below the message:
 # "  Peer host:  node-7", "Remote daemon: [[11377,0],1] on node worker-0", the older "lost
 # communication with its daemon located on node:" over "  hostname:  node-7" (not "Local host:"

@@ -188,9 +188,11 @@ class Pipeline:
         action = Action(kind=decision.kind, suspect_hosts=hosts[:32], suspect_ranks=ranks[:64], reason=reason)
         session = session_host(log.templates, ev.first_line) if ev is not None else None
         # a GPU fault is the reporting process's own GPU: in one host's log, that host (a node
-        # loss is reported by the survivors, so never the printing host)
+        # loss is reported by the survivors, so never the printing host, unless the message names
+        # the lost GPU by its bus id: a GPU gone from the host that printed it)
         printers = {h for h in log.known_hosts if h.lower() not in PLACEHOLDER_HOSTS}
-        sole = next(iter(printers)) if len(printers) == 1 and family_of(root.error_type.value) == "gpu" else None
+        local = family_of(root.error_type.value) == "gpu" or (ev is not None and bool(ev.gpus))
+        sole = next(iter(printers)) if len(printers) == 1 and local else None
         allocated = (allocated_host(log.templates) if action.kind is ActionKind.ISOLATE_AND_RESTART
                      and not action.suspect_hosts and ablation.enabled("hosts") else None)
         return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session, sole_host=sole,

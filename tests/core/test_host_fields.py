@@ -54,6 +54,14 @@ from app.core.keptshapes import field_ranges
      "10.0.0.218"),
     ("(LLMRayActor pid=90738, ip=172.19.24.110) mlx5: host_unknown: got completion with error:", "172.19.24.110"),
     ("(pid=1191773, ip=10.244.4.193) hello there", "10.244.4.193"),
+    # nccl-tests' failure reports (src/common.h) name the host whatever its name, behind mpirun's tags
+    ("gpu: Test CUDA failure common.cu:1030 'system not yet initialized'", "gpu"),
+    (" .. gpu pid 3018: Test failure common.cu:937", "gpu"),
+    (" .. pkb-b52c0368-1: Test failure common.cu:839", "pkb-b52c0368-1"),
+    ("[1,2]<stdout>:test-nccl-p5-2-worker-0: Test NCCL failure common.cu:961 'unhandled system error'",
+     "test-nccl-p5-2-worker-0"),
+    # rdma-core's mlx5 provider dumps a bad completion under its host's name
+    ("mlx5: SH-IDC1-10-140-24-95: got completion with error:", "SH-IDC1-10-140-24-95"),
     # Cray MPICH's abort report (behind an `srun --label` task id, with `[unknown]` on some versions)
     ("2047: MPICH ERROR [Rank 2047] [job id 57638547.0] [Fri Aug 28 22:45:13 2026] [nid004069] - Abort(1) "
      "(rank 2047 in comm 432): application called MPI_Abort(comm=0xC4000001, 1) - process 2047", "nid004069"),
@@ -185,6 +193,11 @@ def test_host_match_answers_like_every_pattern_in_order(text):
     ("> [2025-10-13 10:12:54] iv-ydin754tmox:1458548:1480527 [0] misc/ibvwrap.cc:182 NCCL WARN Call to ibv_reg_mr "
      "failed", "iv-ydin754tmox"),
     ("> 10.0.0.15: [rank37]: RuntimeError: CUDA error: an illegal memory access was encountered", "10.0.0.15"),
+    # behind a terminal UI's box-drawing border, or markdown's inline-code backtick
+    ("\u2502 task-7701-z5h6w:73:91 [1] NCCL INFO comm 0x7f53 rank 3 nranks 8 cudaDev 1 - Init COMPLETE",
+     "task-7701-z5h6w"),
+    ("`ubuntu20-server-2:94639:94647 [0] transport/net_ib.cc:100 NCCL WARN NET/IB : mlx5_0:1 Got async event",
+     "ubuntu20-server-2"),
 ])
 def test_a_quoted_line_keeps_its_host(line: str, host: str) -> None:
     assert host_match(line).group(1) == host

@@ -41,6 +41,9 @@ from app.core.pipeline import Pipeline
      "exit type: SYSTEM_ERROR Worker exit detail: Owner's node has crashed.", ["172.21.160.9"]),
     ("The node with node id: 5f1c and address: 10.0.0.9 and node name: 10.0.0.9 has been marked dead because "
      "the detector has missed too many heartbeats from it.", ["10.0.0.9"]),
+    # Ray's worker on a raylet that went away names that node
+    ("2022-11-02 02:42:14,808 WARNING worker.py:1849 -- Raylet is terminated: ip=172.29.58.133, id=6ad361c6d67a. "
+     "Termination is unexpected.", ["172.29.58.133"]),
     # lines that name no place of a fault
     ("step 120 | loss 3.2 | node 4 of 8", []),
     ("Epoch 3 on node training set", []),
@@ -222,3 +225,19 @@ def test_only_a_peers_consequence_before_training_is_investigated_not_retried() 
     oom = ["[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
     d = _diagnose("\n".join(oom + closed) + "\n").diagnosis
     assert (d.root_cause.error_type.value, d.action.kind.value) == ("OutOfMemoryError", "no_retry")
+
+
+def test_a_lost_gpu_named_by_its_bus_id_is_on_the_one_host_that_printed_the_log() -> None:
+    """nvidia-smi's "GPU is lost" names the GPU by bus id: a GPU of the host whose output this is
+    (its kernel log names it), unlike a node loss, which the survivors report."""
+    lines = ["`Unable to determine the device handle for GPU 0000:17:00.0: GPU is lost.  Reboot the system to "
+             "recover this GPU`",
+             "Aug 26 15:28:16 ailcm-ai1 kernel: [87474.832707] NVRM: GPU at PCI:0000:17:00: GPU-f114b259-1fd6",
+             "Aug 26 15:28:16 ailcm-ai1 kernel: [87474.832733] NVRM: GPU Board Serial Number: "]
+    d = _diagnose("\n".join(lines) + "\n").diagnosis
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NodeFailure", "isolate_and_restart")
+    assert d.action.suspect_hosts == ["ailcm-ai1"]
+    # a node loss (no GPU named) reported in one host's log is not that host's fault
+    lost = ["slurmstepd: error: *** JOB 7 ON gpu-7 CANCELLED AT 2019-12-29T05:31:10 DUE TO NODE FAILURE ***",
+            "Aug 26 15:28:16 ailcm-ai1 kernel: [87474.832733] NVRM: GPU Board Serial Number: "]
+    assert "ailcm-ai1" not in _diagnose("\n".join(lost) + "\n").diagnosis.action.suspect_hosts
