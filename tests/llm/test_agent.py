@@ -32,9 +32,12 @@ def test_an_answer_of_no_failure_needs_less_confidence_than_a_fault():
     fault = {**GOOD, "confidence": 0.5}
     d = json_agent(fault).refine(result)
     assert d.decided_by is not DecidedBy.LLM and d.root_cause.error_type is result.diagnosis.root_cause.error_type
-    assert any("not accepted: confidence 0.50 < 0.70" in n for n in d.notes)
+    assert any("not accepted: confidence 0.50 < 0.60" in n for n in d.notes)
     d = json_agent({**none, "confidence": 0.3}).refine(result)
     assert d.decided_by is not DecidedBy.LLM
+    # a fault from 0.6 (`accept_at`)
+    d = json_agent({**GOOD, "confidence": 0.65}).refine(result)
+    assert d.decided_by is DecidedBy.LLM and d.root_cause.error_type is ErrorType.OutOfMemoryError
 
 
 def test_confident_ranking_skips_the_llm():
