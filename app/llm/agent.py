@@ -37,7 +37,7 @@ _SELECTABLE_TYPES = [t.value for t in ErrorType if t is not ErrorType.ChildFaile
 
 @dataclass
 class AgentConfig:
-    trigger_below: float = 0.6  # ranking confidence under which the agent is consulted
+    trigger_below: float = 0.8  # ranking confidence under which the agent is consulted (Settings.llm_trigger_below)
     # LLM confidence needed before its answer (a fault) replaces the rules' one. Prompt v3 asks for
     # 0.7 or more when the log itself shows the cause; its answers at 0.6-0.7 were right more often
     # than the rules' on 346 development cases, with no false alarm added (docs/LLM.md)

@@ -45,13 +45,13 @@ ANSWER = {"choice": "other", "error_type": "StorageError", "category": "infrastr
 def test_llm_settings_defaults_env_and_refusals(monkeypatch, tmp_path):
     s = Settings(data_dir=tmp_path)
     assert (s.llm_timeout_s, s.llm_max_retries, s.llm_concurrency, s.llm_mask, s.llm_trigger_below) == (
-        30.0, 2, 4, None, 0.6)
+        30.0, 2, 4, None, 0.8)
     assert s.effective_rules_dir.name == "rules"
-    monkeypatch.setenv("LOGDX_LLM_TRIGGER_BELOW", "0.8")
+    monkeypatch.setenv("LOGDX_LLM_TRIGGER_BELOW", "0.7")
     monkeypatch.setenv("LOGDX_LLM_MASK", "false")
     monkeypatch.setenv("LOGDX_LLM_CACHE_DIR", str(tmp_path / "models"))
     s = Settings(data_dir=tmp_path)
-    assert (s.llm_trigger_below, s.llm_mask, s.llm_cache_dir) == (0.8, False, tmp_path / "models")
+    assert (s.llm_trigger_below, s.llm_mask, s.llm_cache_dir) == (0.7, False, tmp_path / "models")
     for bad in ({"llm_backend": "gpt"}, {"llm_trigger_below": 1.5}, {"llm_concurrency": 0}):
         with pytest.raises(ValueError):
             Settings(data_dir=tmp_path, **bad)
