@@ -240,4 +240,5 @@ def test_a_lost_gpu_named_by_its_bus_id_is_on_the_one_host_that_printed_the_log(
     # a node loss (no GPU named) reported in one host's log is not that host's fault
     lost = ["slurmstepd: error: *** JOB 7 ON gpu-7 CANCELLED AT 2019-12-29T05:31:10 DUE TO NODE FAILURE ***",
             "Aug 26 15:28:16 ailcm-ai1 kernel: [87474.832733] NVRM: GPU Board Serial Number: "]
-    assert "ailcm-ai1" not in _diagnose("\n".join(lost) + "\n").diagnosis.action.suspect_hosts
+    d = _diagnose("\n".join(lost) + "\n").diagnosis
+    assert d.root_cause.error_type.value == "NodeFailure" and "ailcm-ai1" not in d.action.suspect_hosts
