@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             score[f"{who} family"] += family_of(t) == family_of(label["root_cause"])
             score[f"{who} action"] += a == label["action"]
             score[f"{who} false alarms"] += neg and t != ErrorType.Unknown.value
+            if a != label["action"] and a in ("isolate_and_restart", "no_retry", "retry"):
+                # the wrong actions that cost most: a healthy node drained, a job stopped, a futile restart
+                score[f"{who} wrong {a.removesuffix('_and_restart')}"] += 1
         score["negative controls"] += neg
         score["decided by the model"] += final.decided_by.value == "llm"
         rows.append((name, rules.root_cause.error_type.value, final.root_cause.error_type.value,

@@ -376,14 +376,23 @@ class FailureAgent:
             diag.notes.append(f"rule proposal failed: {type(exc).__name__}: {exc}")
 
     def _action(self, error_type: ErrorType, category: Category, confidence: float, event: Any,
-                fallback: ActionKind | None, reason_prefix: str) -> Action:
+                fallback: ActionKind | None, reason_prefix: str, *, proposed: ActionKind | None = None) -> Action:
+        """The action for an answer the agent took. The policies see only its type and event here
+        (not the log's context: whether the ranks ever connected, trained before it, a save
+        running), so a JSON model's own action (`proposed`), decided from the whole compressed log
+        and the rubric's conventions, is taken instead; but a model never drains a node the
+        policies would not (a proposed isolate where they do not isolate keeps theirs)."""
         ctx = PolicyContext(error_type=error_type, category=category, confidence=confidence,
                             rule_action=getattr(event, "action", None) if event is not None else None,
                             event_ranks=frozenset(getattr(event, "ranks", ()) or ()),
                             hosts=tuple(sorted(getattr(event, "hosts", ()) or ())))
         d = decide(ctx, self.policies)
         kind, reason = d.kind, d.reason
-        if d.policy_id == "fallback" and fallback is not None:
+        if proposed is not None and proposed is not kind and not (
+                proposed is ActionKind.ISOLATE_AND_RESTART and kind is not ActionKind.ISOLATE_AND_RESTART):
+            kind, reason = proposed, (f"{reason_prefix} proposed this action from the log (the policy for "
+                                      f"{error_type.value} alone: {d.kind.value}).")
+        elif d.policy_id == "fallback" and fallback is not None:
             kind, reason = fallback, f"{reason_prefix} proposed this action"
         hosts, ranks = [], []
         if kind is ActionKind.ISOLATE_AND_RESTART and event is not None:
@@ -411,7 +420,8 @@ class FailureAgent:
                        gpu=next(iter(sorted(getattr(event, "gpus", ()) or ())), None) if event is not None else None,
                        xid=next(iter(sorted(getattr(event, "xids", ()) or ())), None) if event is not None else None)
         co = _co_occurring_after_switch(original, event, result)
-        action = _named(self._action(v.error_type, category, rc.confidence, event, v.action, "the LLM"), result,
+        action = _named(self._action(v.error_type, category, rc.confidence, event, v.action, "the LLM",
+                                     proposed=v.action if v.mode == "json" else None), result,
                         event.first_line if event is not None else None)
         notes.append(f"llm ({v.model}, {v.prompt_ref}, {v.mode}) chose {v.choice} -> {v.error_type.value} "
                      f"with confidence {v.confidence:.2f}; "

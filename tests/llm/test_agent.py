@@ -166,3 +166,25 @@ def test_confident_other_answer_proposes_a_validated_rule():
     rule = next(iter(sink.proposals.values())).rule
     assert rule["error_type"] == "HostOOMKilled" and rule["examples"]["match"]
     assert any("proposed rule" in n for n in d.notes)
+
+
+def test_a_json_models_action_is_taken_but_never_drains_a_node_the_policies_would_not():
+    """The agent's policy context has only the answer's type and event, not the log's (whether
+    the ranks ever connected, trained before it): a JSON model's own action, decided from the
+    log, is taken; a proposed isolate where the type's policy does not isolate is not."""
+    from app.core.rules import load_rules
+
+    policies = load_rules().policies
+    timeout = {**GOOD, "choice": "e2", "error_type": "NCCLTimeoutError", "category": "infrastructure",
+               "action": "no_retry", "explanation": "The all-reduce at L110 waited on the job's own slow step.",
+               "evidence_lines": [110]}
+
+    def agent(answer):
+        return FailureAgent(LLMClient(FakeBackend(json_answer=answer)), policies=policies)
+
+    d = agent(timeout).refine(make_result())
+    assert d.decided_by is DecidedBy.LLM and d.root_cause.error_type is ErrorType.NCCLTimeoutError
+    assert d.action.kind is ActionKind.NO_RETRY and "proposed this action from the log" in d.action.reason
+    assert "investigate" in d.action.reason  # the policy's own choice (a silent rank), said beside it
+    d = agent({**timeout, "action": "isolate_and_restart"}).refine(make_result())
+    assert d.action.kind is ActionKind.INVESTIGATE and d.action.suspect_hosts == []
