@@ -242,3 +242,12 @@ def test_a_lost_gpu_named_by_its_bus_id_is_on_the_one_host_that_printed_the_log(
             "Aug 26 15:28:16 ailcm-ai1 kernel: [87474.832733] NVRM: GPU Board Serial Number: "]
     d = _diagnose("\n".join(lost) + "\n").diagnosis
     assert d.root_cause.error_type.value == "NodeFailure" and "ailcm-ai1" not in d.action.suspect_hosts
+
+
+def test_a_syslog_prefixed_lost_gpu_keeps_its_bus_id() -> None:
+    """The match may not start before the bus id, so a kernel line behind syslog's prefix names
+    its GPU as one without it does."""
+    for line in ("Jul 14 03:12:55 node-12 kernel: NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+                 "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."):
+        d = _diagnose(line + "\n").diagnosis
+        assert (d.root_cause.error_type.value, d.root_cause.gpu) == ("NodeFailure", "0000:3b:00.0")
