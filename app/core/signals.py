@@ -18,7 +18,8 @@ grad norm (`lm loss`, `train_loss`, `act_loss`, `loss_step`, `grad_norm`, `grad 
 term of the loss (`loss_cls`, `loss_mse`: a non-finite term counts, a finite one is no series), and
 not a loss scale or a best/initial value; *a counter* when its last word is step / iter / iteration
 / it / num_updates (global), epoch, or batch. A key may be bracketed (`[Loss] nan`, `[step] 104`)
-or joined to its value by is/was (`Loss is Infinity.`).
+or joined to its value by is/was (`Loss is Infinity.`), or by `is not finite:` before a
+non-finite value (verl's `grad_norm is not finite: nan`).
 
 The compressor calls `SignalReader.classify` once per new line *shape* (the line without its
 digits, app/core/compressor.py): a NaN line has another shape than its finite sibling
@@ -46,7 +47,7 @@ _WRAP = r"(?:(?:tensor|np\.float\d*|float\d*|array|Array)\(\[?)?"
 # separator, an optional wrapper/bracket, the value (a sentence's full stop may follow it:
 # `Model diverged with loss = NaN.`; a version's second dot may not), an optional total
 _PAIR_RE = regexcache.compile(
-    r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*+(?: [A-Za-z][\w/-]*+)?(?: (?:is|was))?)['\"]?(?:\(\w+\))?\]?"
+    r"(?<![\w.'\"/-])['\"]?(?P<key>[A-Za-z][\w./-]*+(?: [A-Za-z][\w/-]*+)?(?: (?:is|was)(?: not finite| non-finite)?)?)['\"]?(?:\(\w+\))?\]?"
     r"(?P<sep>\s*[:=]\s*|\s*[|│]\s*|\s+)\[?\s*['\"]?" + _WRAP
     + r"(?P<val>" + _NONFINITE + r"|" + _NUM + r")(?![\w(])(?!\.[\w(])['\"]?(?:\s*/\s*(?P<total>\d+)\b)?")
 # mmengine / Lightning-style `[e][ b/B]` after an epoch key, and PyTorch's examples'
@@ -61,7 +62,7 @@ _BAR_RE = regexcache.compile(r"(?<![\w./])(\d+)/(\d+) \[[\d:?]+<[\d:?]+")
 # training signal, and learning a shape must stay cheap (bench/README.md, `survive5`).
 PAIRS, HEADER = 0, 1
 _HINTS = re2.Set.SearchSet(re2.Options())
-_HINTS.Add(r"(?i)(?:loss|cost|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)\w*(?:[/-]\w+)*['\"]?(?:\(\w+\))?\]?(?:\s+(?:is|was))?\s*[:=|│]?\s*\[?\s*"
+_HINTS.Add(r"(?i)(?:loss|cost|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit)\w*(?:[/-]\w+)*['\"]?(?:\(\w+\))?\]?(?:\s+(?:is|was)(?:\s+(?:not\s+|non-)finite)?)?\s*[:=|│]?\s*\[?\s*"
            r"['\"]?(?:\w[\w.]*\(\[?)?[-+]?(?:nan|inf|\.?\d)|\d/\d+ \[")
 _HINTS.Add(r"(?i)^\D*(?:loss|cost|ppl|perplexity|norm|step|iter|epoch|batch|updates|\bit\b)\D*$")
 _HINTS.Compile()
@@ -100,6 +101,8 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # `IDLo
 
 def _words(key: str) -> list[str]:
     words = _CAMEL.sub(" ", key).lower().translate(_WORD_SEPS).split()
+    if len(words) > 2 and words[-1] == "finite" and words[-2] in ("not", "non"):
+        del words[-2:]  # `grad_norm is not finite: nan` (verl), `loss is non-finite: inf`
     if len(words) > 1 and words[-1] in _COPULA:
         words.pop()
     return words

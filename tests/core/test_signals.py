@@ -78,6 +78,9 @@ def test_finite_pairs_give_step_and_values(line, step, values):
     ("2021-08-12 05:44:07,141 Epoch[1] Batch[7] Speed: 143.86 samples/sec,  IDLoss=nan,", None, "loss"),
     ("[user] 2021-04-23 19:22:52,420 (trainer:581) WARNING: The grad norm is nan. Skipping updating the model.",
      None, "grad_norm"),
+    # a key joined to its value by `is not finite:` (verl's FSDP workers under Ray)
+    ("(WorkerDict pid=9092) WARN: grad_norm is not finite: nan", None, "grad_norm"),
+    ("step 12 | loss is non-finite: inf", 12, "loss"),
     # a key/value table's row (OpenAI baselines' logger dump, as guided/improved diffusion print it)
     ("| loss          | nan       |", None, "loss"),
     ("│ grad_norm │ inf │", None, "grad_norm"),
@@ -121,6 +124,8 @@ def test_a_non_finite_table_cell_is_found(lines):
     "loss 1.2.3",  # a version's second dot is no full stop
     "loss: nan.5",
     "Loss of connection to nan-03 after 5 retries",  # a term needs a value after its key
+    "the loss is not finite: check the data",  # `is not finite` needs a non-finite value after it
+    "Warning: loss_scale is not finite: nan, reducing",  # a loss scale is no loss
 ])
 def test_lines_without_a_non_finite_loss(line):
     assert nonfinite_reading(line) is None
