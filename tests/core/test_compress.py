@@ -681,3 +681,19 @@ def test_an_nccl_line_behind_mpiruns_ctime_timestamp_keeps_its_host():
     line = ("Fri Aug 11 12:31:45 2023[1,0]<stdout>:tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN "
             "Cuda failure 'invalid argument'")
     assert host_match(line).group(1) == "tomte401"
+
+
+@pytest.mark.parametrize("losses, spike_at", [
+    ([3.062589, 3.114286, 7.712340], 2),  # Megatron's lm loss, 2.5x its median in one interval
+    ([2.1, 2.0, 2.05, 4.3, 4.4, 4.2], 3),  # doubled and stayed there
+    ([2.1, 2.0, 2.05, 3.9, 3.8], None),  # under twice the median
+    ([0.30, 0.31, 0.9, 0.95], None),  # tripled but by under SPIKE_MIN_JUMP
+    ([3.0, 3.1, 7.7, 3.2, 3.1], None),  # came back: noise
+])
+def test_a_loss_spike_is_a_doubling_that_does_not_recover(losses, spike_at):
+    from app.core.compressed import MetricPoint
+    from app.core.events import find_loss_spike
+    points = [MetricPoint(line=i + 1, step=100 + i, values={"loss": v}) for i, v in enumerate(losses)]
+    spike = find_loss_spike(points)
+    assert (spike[0] if spike else None) == spike_at
+
