@@ -72,8 +72,9 @@ _QUOTE = r"(?:[>\u2502`] ?)?"
 _SYSLOG_MONTH = r"(?:[A-Z][a-z]{2}|\s?\d{1,2}\u6708)"
 _HOST_RES = [
     # syslog / journald: "Jul 14 03:12:55 node-12 kernel: ..."
-    # (a CJK locale prints the month as a number: "4月 28 15:08:10 master-02 containerd[38]: ...")
-    regexcache.compile(r"^" + _QUOTE + _SYSLOG_MONTH + r"\s+\d{1,2}\s[\d:]{8}\s(" + _HOST_TOKEN + r")\s"),
+    # (a CJK locale prints the month as a number: "4月 28 15:08:10 master-02 containerd[38]: ...";
+    # a log shipper in UTC marks the time: "Dec 17 16:04:09Z worker-1 systemd-logind Power key pressed.")
+    regexcache.compile(r"^" + _QUOTE + _SYSLOG_MONTH + r"\s+\d{1,2}\s[\d:]{8}Z?\s(" + _HOST_TOKEN + r")\s"),
     # ... where the field after the time stamp is the host by the format (RFC 3164; rsyslog's
     # high-precision ISO stamp), whatever its name, when the program tag follows it: "Dec 31
     # 01:21:28 FORGE ollama[555]: ...", "2024-01-03T04:05:06.123+00:00 gpu17 kernel: ..."

@@ -22,6 +22,8 @@ from app.core.keptshapes import field_ranges
     ("node-004: RuntimeError: CUDA error: an illegal memory access was encountered", "node-004"),
     # the pdsh prefix names the line's host even when NCCL's own host field follows
     ("10.0.0.15: [rank37]:node-004:30037:30037 [5] NCCL INFO Connected all rings", "10.0.0.15"),
+    # syslog as a log shipper writes it in UTC (a `Z` after the time, the program without a colon)
+    ("Dec 17 16:04:09Z worker-v100-7 systemd-logind Power key pressed.", "worker-v100-7"),
     # pdsh's own report about a remote host
     ("pdsh@node-000: 10.0.0.15: ssh exited with exit code 1", "10.0.0.15"),
     ("pdsh@6dca91c32bfd: 172.17.0.2: ssh exited with exit code 255", "172.17.0.2"),
