@@ -696,4 +696,3 @@ def test_a_loss_spike_is_a_doubling_that_does_not_recover(losses, spike_at):
     points = [MetricPoint(line=i + 1, step=100 + i, values={"loss": v}) for i, v in enumerate(losses)]
     spike = find_loss_spike(points)
     assert (spike[0] if spike else None) == spike_at
-
