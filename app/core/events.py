@@ -155,7 +155,7 @@ def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
             ev.spike_index = _steps_before(log, ev)
             _set_onset(ev, log.metrics, _step_of(ev.text))
         ev.warning = bool(ev.occurrences) and all(_PY_WARNING.search(o.text) for o in ev.occurrences)
-        ev.leveled_warning = bool(ev.occurrences) and all(GLOG_NOT_ERROR.search(o.text) for o in ev.occurrences)
+        ev.leveled_warning = bool(ev.occurrences) and all(glog_not_error(o.text) for o in ev.occurrences)
         ev.retried = bool(ev.occurrences) and all(_retried(o, nearby) for o in ev.occurrences)
     if exceptions is not None:
         events.extend(exceptions.extra_events())
@@ -179,6 +179,24 @@ GLOG_NOT_ERROR = regexcache.compile(
     r"(?:^|[\s\]>|:])(?:[IW]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[\w./-]+:\d+\]"
     r"|[IW] [\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\]"
     r"|\[[IW](?:\d{4} [\d:.]+(?: \d+)?)? ?[\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\])")
+# The same markers at E or F. A wrapper that relays a child's output through its own logger at
+# info (AlphaFold's `I0322 05:41:47.767 ... run_docker.py:222] 2022-03-21 20:41:47: E
+# external/org_tensorflow/.../cuda_event.cc:29] Error polling for event status`) prints the
+# child's severity inside its own: the innermost marker is the emitter's, the line an error.
+# TensorFlow logs an op's failure at W from op_kernel.cc (OpKernelContext::CtxFailureWithWarning:
+# `W tensorflow/core/framework/op_kernel.cc:968] Resource exhausted: OOM when allocating tensor`,
+# TF 2: `op_kernel.cc:1745] OP_REQUIRES failed at ...`) and then raises it as the Python
+# exception: that W line is the op failing, not a warning the job went on from.
+GLOG_ERROR = regexcache.compile(
+    r"(?:^|[\s\]>|:])(?:[EF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[\w./-]+:\d+\]"
+    r"|[EF] [\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\]"
+    r"|\[[EF](?:\d{4} [\d:.]+(?: \d+)?)? ?[\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\])"
+    r"|[/\\]framework[/\\]op_kernel\.cc:\d+\]|\bOP_REQUIRES failed at\b")
+
+
+def glog_not_error(text: str) -> bool:
+    """The line carries a glog/absl/c10 severity of info or warning and none of error or fatal."""
+    return bool(GLOG_NOT_ERROR.search(text)) and not GLOG_ERROR.search(text)
 # a client that retries the failed request says so right after the error (huggingface_hub's
 # `'(ReadTimeoutError(...))' thrown while requesting HEAD ...` then
 # `Retrying in 1s [Retry 1/5].`, wandb's `entering retry loop`, urllib3's `Retrying (Retry(...`)

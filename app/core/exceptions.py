@@ -56,9 +56,13 @@ _RAISE_RE = regexcache.compile(r'^\s+raise (?P<cls>[A-Za-z_][\w.]*(?:Error|Excep
 _CAUSE_SEP = "The above exception was the direct cause of the following exception"
 _CONTEXT_SEP = "During handling of the above exception, another exception occurred"
 # the final line of a traceback: `module.Class: message`, `module.Class`, Ray's
-# `ray.exceptions.RayTaskError(ValueError): ...`
+# `ray.exceptions.RayTaskError(ValueError): ...`, TensorFlow 1's OpError that repeats its class
+# after the op's creation stack (errors_impl.py: `ResourceExhaustedError (see above for
+# traceback): OOM when allocating tensor ...`)
+_SEE_ABOVE = " (see above for traceback): "
 _EXC_LINE_RE = regexcache.compile(
-    r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<name>[A-Za-z_]\w*))(?:\((?P<inner>[\w.]+)\))?(?::(?:\s(?P<msg>.*))?|\s*)$")
+    r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<name>[A-Za-z_]\w*))(?:\((?P<inner>[\w.]+)\)| \(see above for traceback\))?"
+    r"(?::(?:\s(?P<msg>.*))?|\s*)$")
 # without a traceback around it, a line is an exception only when its class reads as one
 _EXC_NAME_RE = regexcache.compile(
     r"^[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Failed|Invalid|Timeout)$|^Exception$"
@@ -257,7 +261,8 @@ def parse_tracebacks(lines: list[tuple[int, str]], anchors: set[int] | None = No
         qual, module, name, msg, inner = parsed
         start = st.start if (st.open and st.start is not None) else line_no
         rec = ExceptionRecord(line=line_no, text=text, start=start, stream=_stream_key(prefix), qualname=qual, module=module,
-                              name=name, message=msg, inner=inner, in_traceback=st.open, frames=list(st.frames),
+                              name=name, message=msg, inner=inner,
+                              in_traceback=st.open or _SEE_ABOVE in body, frames=list(st.frames),
                               thread=line_no - st.thread_line <= MAX_GAP and st.thread_line >= st.ignored_line,
                               handled=st.open and st.handled)
         if st.pending and st.last_exc is not None:

@@ -26,7 +26,7 @@ import regex
 
 from app.core import ablation, regexcache, timestamps
 from app.core.compressed import BINARY_TEXT, CompressedLog, Occurrence
-from app.core.events import GLOG_NOT_ERROR, RETRY_LOOKAHEAD, ErrorEvent, kept_lines_by_number
+from app.core.events import RETRY_LOOKAHEAD, ErrorEvent, glog_not_error, kept_lines_by_number
 from app.core.fields import extract_host, extract_rank
 from app.core.subsystems import VOCABULARY_CONFIDENCE
 from app.core.types import (
@@ -284,7 +284,7 @@ def _warned_and_went_on(live: list[ErrorEvent], log: CompressedLog, harmless: fr
     if not all(ev.leveled_warning and ev.error_type is not ErrorType.Hang for ev in live):
         return False
     first = min(ev.first_line for ev in live)
-    return not any(line >= first and line not in harmless and not GLOG_NOT_ERROR.search(text)
+    return not any(line >= first and line not in harmless and not glog_not_error(text)
                    for line, text in log.flagged_lines)
 
 

@@ -148,6 +148,10 @@ class SubsystemSpec(Strict):
     priority: Annotated[int, Check(ge=0, le=100)] = 50
     nouns: Annotated[str, After(_compiles_ci)]
     failure: Annotated[str, After(_compiles_ci)]
+    # the entry reads an errno / status string that names the object and the failure at once
+    # (`Connection reset by peer`): on its own line it wins over the entries that pair a noun with
+    # a failure word (a line tagged `device=TPU:6` whose failure is a reset connection)
+    exact: bool = False
     hint: str | None = None
     examples: Examples
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import regex
 
 from app.core import regexcache
-from app.core.events import GLOG_NOT_ERROR
+from app.core.events import glog_not_error
 from app.core.types import ErrorType
 
 # the confidence of a root cause typed by vocabulary: below the low-confidence policy's 0.4, so the
@@ -58,7 +58,7 @@ CONTINUATION_LINES = 3
 
 
 def _soft(text: str) -> bool:
-    return bool(GLOG_NOT_ERROR.search(text)) or (bool(_SOFT_SEVERITY.search(text)) and not _NCCL_WARN.search(text))
+    return glog_not_error(text) or (bool(_SOFT_SEVERITY.search(text)) and not _NCCL_WARN.search(text))
 
 
 def _continues_soft(line: int, text: str, nearby: dict[int, str]) -> bool:
@@ -94,12 +94,15 @@ class Vocabulary:
         self.entries = [(s, regex.compile(s.nouns, regex.I), regex.compile(s.failure, regex.I)) for s in specs]
 
     def type_line(self, text: str):
-        """The entry that types this line (the first of the highest priority), or None."""
+        """The entry that types this line (an `exact` one before the others, then the first of the
+        highest priority), or None."""
         if _soft(text) or _RECOVERY_NOTICE.search(text):
             return None
         best = None
         for spec, nouns, failure in self.entries:
-            if (best is None or spec.priority > best.priority) and nouns.search(text) and failure.search(text):
+            if best is not None and (best.exact, best.priority) >= (spec.exact, spec.priority):
+                continue
+            if nouns.search(text) and failure.search(text):
                 best = spec
         return best
 

@@ -69,6 +69,33 @@ def test_an_error_printed_at_glog_warning_level_alone_is_no_failure(pipe):
     assert d.root_cause.error_type == "ImportError"
 
 
+def test_a_wrapper_relaying_an_error_line_at_info_level_is_an_error(pipe):
+    # AlphaFold's run_docker.py logs the container's output at I(nfo); the line it relays is at E
+    inner = ("2022-03-21 20:41:47.403578: E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_event.cc:29] "
+             "Error polling for event status: failed to query event: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory "
+             "access was encountered")
+    relay = "I0322 05:41:47.767822 140571547043648 run_docker.py:222] "
+    d = run(pipe, relay + inner + "\n")
+    assert d.root_cause.error_type == "CUDAError"
+    # relayed at W or I itself, it is still what the emitter went on from
+    d = run(pipe, relay + inner.replace(": E external", ": W external") + "\nProcessing file 1/3\n")
+    assert d.root_cause.error_type == "Unknown"
+
+
+def test_a_tensorflow_op_failure_logged_at_warning_is_the_failure(pipe):
+    # TensorFlow logs an op's failure at W from op_kernel.cc, then raises it; a log cut there
+    lines = ["W tensorflow/core/common_runtime/bfc_allocator.cc:275] *_Ran out of memory trying to allocate 39.81MiB.**"
+             "  See logs for memory state.",
+             "W tensorflow/core/framework/op_kernel.cc:968] Resource exhausted: OOM when allocating tensor with "
+             "shape[256,832,7,7]"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("OutOfMemoryError", "no_retry")
+    # TF 1's exception line repeats the class after the op's creation stack
+    d = run(pipe, "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with "
+                  "shape[32,64,128,128]\n")
+    assert d.root_cause.error_type == "OutOfMemoryError"
+
+
 def test_a_stall_warning_at_glog_warning_level_still_shows_a_stall(pipe):
     line = ("[2019-10-09 09:32:52.156662: W horovod/common/stall_inspector.cc:105] One or more tensors were submitted "
             "to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more "

@@ -99,7 +99,7 @@ def test_the_lines_of_a_multi_line_warning_are_not_read(pipe):
     assert d.root_cause.error_type == "Unknown"
     # the same line with a severity of its own is read
     d = run(pipe, "\n".join(["step 5 loss 1.0", warn, "E0131 10:21:36.000 77 client.cc:9] " + more]) + "\n")
-    assert d.root_cause.error_type == "NetworkError" and d.root_cause.rule_id == "subsystem.network"
+    assert d.root_cause.error_type == "NetworkError" and d.root_cause.rule_id == "errno.connection"
 
 
 def test_the_most_causal_subsystem_wins_over_the_first_line(pipe):
@@ -107,6 +107,20 @@ def test_the_most_causal_subsystem_wins_over_the_first_line(pipe):
              "ERROR accelerator 2 halted unexpectedly"]
     d = run(pipe, "\n".join(lines) + "\n")
     assert d.root_cause.error_type == "CUDAError" and d.root_cause.evidence[0].line == 2
+
+
+def test_an_errno_string_types_its_own_line_whatever_device_the_line_names(pipe):
+    # a line tagged with the accelerator whose failure is a reset connection fails on the network
+    line = ("Exception in device=TPU:6: tensorflow/compiler/xla/xla_client/mesh_service.cc:331 : Failed to retrieve "
+            "mesh configuration: Connection reset by peer (14)")
+    d = run(pipe, line + "\n")
+    assert (d.root_cause.error_type, d.root_cause.rule_id) == ("NetworkError", "errno.connection")
+    # across lines the most causal subsystem still wins: a device's own failure before it
+    d = run(pipe, "\n".join(["ERROR accelerator 2 halted unexpectedly", line]) + "\n")
+    assert d.root_cause.error_type == "CUDAError" and d.root_cause.evidence[0].line == 1
+    # without the errno the device's failure reads as the device's
+    d = run(pipe, line.replace(": Connection reset by peer (14)", "") + "\n")
+    assert d.root_cause.rule_id == "subsystem.gpu"
 
 
 def test_a_typed_failure_and_a_run_that_went_on_are_left_alone(pipe):
