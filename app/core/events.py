@@ -186,12 +186,14 @@ GLOG_NOT_ERROR = regexcache.compile(
 # TensorFlow logs an op's failure at W from op_kernel.cc (OpKernelContext::CtxFailureWithWarning:
 # `W tensorflow/core/framework/op_kernel.cc:968] Resource exhausted: OOM when allocating tensor`,
 # TF 2: `op_kernel.cc:1745] OP_REQUIRES failed at ...`) and then raises it as the Python
-# exception: that W line is the op failing, not a warning the job went on from.
+# exception: that W line is the op failing, not a warning the job went on from. Its Coordinator
+# logs the exception that stops the training at I (`I0722 ... coordinator.py:224] Error reported
+# to Coordinator: <class '...UnknownError'>, ...; Input/output error`).
 GLOG_ERROR = regexcache.compile(
     r"(?:^|[\s\]>|:])(?:[EF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[\w./-]+:\d+\]"
     r"|[EF] [\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\]"
     r"|\[[EF](?:\d{4} [\d:.]+(?: \d+)?)? ?[\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\])"
-    r"|[/\\]framework[/\\]op_kernel\.cc:\d+\]|\bOP_REQUIRES failed at\b")
+    r"|[/\\]framework[/\\]op_kernel\.cc:\d+\]|\bOP_REQUIRES failed at\b|\bError reported to Coordinator: ")
 
 
 def glog_not_error(text: str) -> bool:

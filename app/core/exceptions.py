@@ -60,6 +60,12 @@ _CONTEXT_SEP = "During handling of the above exception, another exception occurr
 # after the op's creation stack (errors_impl.py: `ResourceExhaustedError (see above for
 # traceback): OOM when allocating tensor ...`)
 _SEE_ABOVE = " (see above for traceback): "
+# TensorFlow 1's training Coordinator logs the exception that stops the training, class and
+# message, through its logger (training/coordinator.py request_stop: `Error reported to
+# Coordinator: <class 'tensorflow.python.framework.errors_impl.DataLossError'>, truncated record
+# at 72435675`), whatever prefix the logger adds
+_COORDINATOR_RE = regexcache.compile(
+    r"\bError reported to Coordinator: <(?:class|type) '(?P<cls>[A-Za-z_][\w.]*)'>, (?P<msg>.*)$")
 _EXC_LINE_RE = regexcache.compile(
     r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<name>[A-Za-z_]\w*))(?:\((?P<inner>[\w.]+)\)| \(see above for traceback\))?"
     r"(?::(?:\s(?P<msg>.*))?|\s*)$")
@@ -172,6 +178,8 @@ def parse_exception_line(body: str, *, strict: bool = True) -> tuple[str, str, s
     the class must read as an exception by its name (no traceback around the line to say so)."""
     if not body or body[0] in " \t" or len(body) > 4000:
         return None
+    if (cm := _COORDINATOR_RE.search(body)) is not None:
+        body = f"{cm.group('cls')}: {cm.group('msg')}"
     m = _EXC_LINE_RE.match(body.rstrip("\r"))
     if m is None:
         return None
@@ -262,7 +270,8 @@ def parse_tracebacks(lines: list[tuple[int, str]], anchors: set[int] | None = No
         start = st.start if (st.open and st.start is not None) else line_no
         rec = ExceptionRecord(line=line_no, text=text, start=start, stream=_stream_key(prefix), qualname=qual, module=module,
                               name=name, message=msg, inner=inner,
-                              in_traceback=st.open or _SEE_ABOVE in body, frames=list(st.frames),
+                              in_traceback=st.open or _SEE_ABOVE in body or bool(_COORDINATOR_RE.search(body)),
+                              frames=list(st.frames),
                               thread=line_no - st.thread_line <= MAX_GAP and st.thread_line >= st.ignored_line,
                               handled=st.open and st.handled)
         if st.pending and st.last_exc is not None:

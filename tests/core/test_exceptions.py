@@ -117,6 +117,25 @@ def test_a_traceback_cut_after_a_raise_line_is_that_exception(pipeline: Pipeline
     assert records(middle) == []
 
 
+def test_tensorflow_1_exception_lines_outside_a_traceback_are_records(pipeline: Pipeline) -> None:
+    # the Coordinator logs the exception that stops training at INFO, class and message
+    coord = ("I0722 11:46:47.960094 140585133606656 coordinator.py:224] Error reported to Coordinator: <class "
+             "'tensorflow.python.framework.errors_impl.UnknownError'>, /data/imagenet/train-00479-of-01024; "
+             "Input/output error")
+    (rec,) = records(coord)
+    assert (rec.name, rec.module, rec.in_traceback) == ("UnknownError", "tensorflow.python.framework.errors_impl", True)
+    assert rec.message.endswith("Input/output error")
+    d = diagnose(pipeline, coord + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("StorageError", "retry")
+    # an OpError repeats its class after the op's creation stack
+    (rec,) = records("DataLossError (see above for traceback): truncated record at 72435675")
+    assert (rec.name, rec.message, rec.in_traceback) == ("DataLossError", "truncated record at 72435675", True)
+    d = diagnose(pipeline, "DataLossError (see above for traceback): truncated record at 72435675\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("DatasetLoadingError", "no_retry")
+    # a bare `Class (aside): text` line is not one
+    assert records("Loading (see the docs): shards") == []
+
+
 def test_context_chain_with_rank_prefixes() -> None:
     inner, outer = records(HUB_CONTEXT_CHAIN)
     assert inner.name == "NewConnectionError" and inner.stream == "[rank0]:"
