@@ -124,6 +124,9 @@ _LOCATED_RES = [
     # NCCL writes a socket's address as `ip<port>` (ncclSocketToString): the other end of the link
     regexcache.compile(r"(?<![\w.])(" + _IPV4 + r")<\d{1,5}>"),
     regexcache.compile(r"(?i)\bnode failure on\s+(" + _LOCATED_HOST + r")"),
+    # a socket library that names the other end of the connection that failed (PaddlePaddle's
+    # SocketChannel: "Check failed: len >= 0  peer=10.89.199.23: Connection reset by peer [104]")
+    regexcache.compile(r"(?<![\w.])peer=(" + _IPV4 + r")(?![\w.])"),
     regexcache.compile(r"\b(?:nodes?|NodeList=|node_list=)\s?[\"']?(" + _HOSTLIST + r")"),
     regexcache.compile(r"\b[Nn]odes?\s+\"?(" + _LOCATED_HOST + r")\"?\s+(?:(?:is|was|has been)\s+)?"
                        r"(?:not responding|down|failed|fail|NotReady|not ready|unreachable|marked dead|"

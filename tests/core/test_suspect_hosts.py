@@ -48,6 +48,9 @@ from app.core.pipeline import Pipeline
     ("step 120 | loss 3.2 | node 4 of 8", []),
     ("Epoch 3 on node training set", []),
     ("RuntimeError: NCCL error: remote process exited or there was a network error", []),
+    # a socket library's check that names the other end (PaddlePaddle's SocketChannel)
+    ("F0308 17:17:08.399897 46342 SocketChannel.cpp:54] Check failed: len >= 0  peer=10.89.199.23: Connection reset "
+     "by peer [104]", ["10.89.199.23"]),
     # NCCL socket.cc names the other end as ip<port>
     ("[15]worker-23:83:2526 [0] misc/socket.cc:503 NCCL WARN Net : Call to recv from 100.96.188.199<41468> failed : "
      "Connection timed out", ["100.96.188.199"]),
