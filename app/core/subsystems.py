@@ -50,10 +50,12 @@ _RECOVERY_NOTICE = regexcache.compile(
 
 
 # a line that carries a severity of error or worse by its own marker (glog E/F, a logging level,
-# `error:` / `Error:` as a prefix, an exception line)
+# `error:` / `Error:` as a prefix, an exception line, a level before a bracketed tag: MIOpen's
+# `MIOpen(HIP): Error [SetIsaName] ...` among its `Warning [...]` lines)
 _ERROR_LEVEL = regexcache.compile(
     r"(?:^|[\s\]>|:])(?:[EF]\d{4} \d\d:\d\d|[EF] [\w./-]+\.(?:cc|cpp|c|h):\d+\])"
-    r"|(?<![\w-])(?:ERROR|FATAL|CRITICAL|SEVERE)(?![\w-])|\b[Ee]rror:|\b[A-Z]\w*(?:Error|Exception):")
+    r"|(?<![\w-])(?:ERROR|FATAL|CRITICAL|SEVERE)(?![\w-])|\b[Ee]rror:|\b[A-Z]\w*(?:Error|Exception):"
+    r"|(?<![\w-])(?:Error|Fatal) \[\w")
 CONTINUATION_LINES = 3
 
 

@@ -38,6 +38,11 @@ def test_the_shipped_vocabulary_loads_and_its_examples_pass():
     ("E1203 10:00:00.000 77 agent.cc:12] node trn1-17 lost: no heartbeat for 120 s", "subsystem.node"),
     ("ERROR parameter-server rpc to 10.0.0.4:6170 failed: connection reset", "subsystem.network"),
     ("FATAL: checkpoint upload to gs://ckpt/run7/step_900 failed (exit 1)", "subsystem.object-store"),
+    ("ERROR: The replica master 0 ran out-of-memory and exited with a non-zero status of 247.",
+     "subsystem.host-memory"),
+    ("ERROR: GPU 2 ran out of memory while allocating 2.0 GiB", "subsystem.gpu-memory"),  # the device's own
+    ("nccl_utils.cc:133: NCCL operation ncclGetUniqueId(&id) failed: Unable to load NCCL library.",
+     "subsystem.library"),
 ])
 def test_a_line_naming_a_subsystem_and_a_failure_is_typed_by_it(line, rule_id):
     got = vocabulary_of(load_rules()).type_line(line)
@@ -121,6 +126,18 @@ def test_an_errno_string_types_its_own_line_whatever_device_the_line_names(pipe)
     # without the errno the device's failure reads as the device's
     d = run(pipe, line.replace(": Connection reset by peer (14)", "") + "\n")
     assert d.root_cause.rule_id == "subsystem.gpu"
+
+
+def test_a_level_before_a_bracketed_tag_is_the_lines_own_severity(pipe):
+    # MIOpen logs `Error [Func]` among its `Warning [Func]` lines: the error line is no continuation
+    lines = ["MIOpen(HIP): Warning [SQLiteBase] Unable to read system database file:/opt/rocm/miopen/share/miopen/db/"
+             "gfx900_64.kdb Performance may degrade",
+             "MIOpen(HIP): Error [BuildOcl] comgr status = INVALID_ARGUMENT (2) on the HIP device"]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.rule_id == "subsystem.gpu"
+    # at warning level alone, nothing
+    d = run(pipe, lines[0] + "\n" + lines[1].replace("Error [", "Warning [") + "\n")
+    assert d.root_cause.error_type == "Unknown"
 
 
 def test_a_typed_failure_and_a_run_that_went_on_are_left_alone(pipe):
