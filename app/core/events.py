@@ -199,6 +199,8 @@ GLOG_ERROR = regexcache.compile(
 def glog_not_error(text: str) -> bool:
     """The line carries a glog/absl/c10 severity of info or warning and none of error or fatal."""
     return bool(GLOG_NOT_ERROR.search(text)) and not GLOG_ERROR.search(text)
+
+
 # a client that retries the failed request says so right after the error (huggingface_hub's
 # `'(ReadTimeoutError(...))' thrown while requesting HEAD ...` then
 # `Retrying in 1s [Retry 1/5].`, wandb's `entering retry loop`, urllib3's `Retrying (Retry(...`)
