@@ -41,12 +41,14 @@ from app.core.types import ActionKind, Category, ErrorType, Role, default_catego
 # ---- line shapes ------------------------------------------------------------------------------
 
 # launcher prefixes, repeatable (`10.0.0.1: [rank3]: `): host label, srun task id, torchrun tags,
-# mpirun --tag-output, Ray's relay prefix, an ISO timestamp from a log collector
+# mpirun --tag-output, Ray's relay prefix, an ISO timestamp from a log collector, the markdown a
+# thread wraps a pasted log in (`> `, `**`, a backtick)
 _PREFIX_RE = regexcache.compile(
     r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s?(?:\|\s?)?"
     r"|\[(?:rank|Rank|RANK)\s?\d+\]:\s?|\[default\d+\]:\s?|\[\d+,\d+\]<std(?:out|err|diag)>:\s?"
     r"|\((?:[\w.-]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s"
-    r"|(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9_-]*\d[a-z0-9_.-]*|[a-z][a-z0-9_]*-[a-z0-9_.-]+|\d{1,5}):\s)")
+    r"|(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9_-]*\d[a-z0-9_.-]*|[a-z][a-z0-9_]*-[a-z0-9_.-]+|\d{1,5}):\s"
+    r"|>\s?|[*`]{1,3}(?=[A-Za-z_\s]))")
 _HEADER = "Traceback (most recent call last):"
 # (a path a poster redacted may have lost its opening quote: `File <path_to_pkg>/gopen.py", line 121`)
 _FRAME_RE = regexcache.compile(r'^\s+File "?(?P<path>[^"\n]*)", line \d+, in (?P<func>\S+)')
@@ -167,7 +169,9 @@ _STAMP_RE = regexcache.compile(r"\s?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d
 
 
 def _stream_key(prefix: str) -> str:
-    # the timestamp is not a stream; the rank/host tags are
+    # the timestamp is not a stream, nor a thread's quote and emphasis marks; the rank/host tags are
+    if prefix[:1] in (">", "*", "`"):
+        prefix = prefix.replace(">", "").replace("*", "").replace("`", "").strip()
     if "-" not in prefix:
         return prefix
     return _STAMP_RE.sub("", prefix).strip()

@@ -45,6 +45,11 @@ def diagnose(pipeline: Pipeline, text: str):
     ("[default0]:Traceback (most recent call last):", "[default0]:", "Traceback (most recent call last):"),
     ("(RayTrainWorker pid=364, ip=10.0.0.218) KeyError: 'x'", "(RayTrainWorker pid=364, ip=10.0.0.218)", "KeyError: 'x'"),
     ("2024-05-01T10:00:00.123Z [rank1]: OSError: x", "2024-05-01T10:00:00.123Z [rank1]:", "OSError: x"),
+    # the markdown a thread wraps a pasted log in: a quote marker, bold or a code span
+    ("> Traceback (most recent call last):", ">", "Traceback (most recent call last):"),
+    (">   File \"train.py\", line 3, in <module>", ">", "  File \"train.py\", line 3, in <module>"),
+    ("**RuntimeError: Connection reset by peer**", "**", "RuntimeError: Connection reset by peer**"),
+    ("`ValueError: bad`", "`", "ValueError: bad`"),
     # a qualified class name is not a host label
     ("urllib3.exceptions.MaxRetryError: HTTPSConnectionPool", "", "urllib3.exceptions.MaxRetryError: HTTPSConnectionPool"),
     ("boto3.exceptions.S3UploadFailedError: Failed", "", "boto3.exceptions.S3UploadFailedError: Failed"),
@@ -85,6 +90,16 @@ HUB_CONTEXT_CHAIN = """
 [rank0]:     resolved_file = hf_hub_download(
 [rank0]: OSError: We couldn't connect to 'https://huggingface.co' to load this file.
 """
+
+
+def test_a_traceback_quoted_in_a_thread_is_one_record(pipeline: Pipeline) -> None:
+    quoted = "\n".join(["> Traceback (most recent call last):", '>   File "train.py", line 3, in <module>',
+                        ">     store.barrier()", "> RuntimeError: Connection reset by peer"])
+    (rec,) = records(quoted)
+    assert (rec.name, rec.message, rec.in_traceback, rec.frames) == (
+        "RuntimeError", "Connection reset by peer", True, ["train.py:<module>"])
+    d = diagnose(pipeline, "**RuntimeError: Connection reset by peer**")
+    assert d.root_cause.error_type == "NetworkError"
 
 
 def test_direct_cause_chain_links_inner_to_outer() -> None:
