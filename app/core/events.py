@@ -175,10 +175,10 @@ _PY_WARNING = regexcache.compile(r"\b[A-Z]\w*Warning: ")
 # 'libnvinfer.so.7'; dlerror: ...`: it runs without TensorRT); their failures come at E or F.
 # (glog `W0515 20:03:26.569 ...`; TensorFlow's `2022-12-09 16:44:07.597312: W tensorflow/...cc:64]`;
 # c10 `[W socket.cpp:436]`, `[W1203 10:00:00.000 ...]`)
-GLOG_NOT_ERROR = regexcache.compile(
-    r"(?:^|[\s\]>|:])(?:[IW]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[\w./-]+:\d+\]"
-    r"|[IW] [\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\]"
-    r"|\[[IW](?:\d{4} [\d:.]+(?: \d+)?)? ?[\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\])")
+_GLOG_LEVEL = (r"(?:^|[\s\]>|:])(?:{L}\d{{4}} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[\w./-]+:\d+\]"
+               r"|{L} [\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\]"
+               r"|\[{L}(?:\d{{4}} [\d:.]+(?: \d+)?)? ?[\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\])")
+GLOG_NOT_ERROR = regexcache.compile(_GLOG_LEVEL.format(L="[IW]"))
 # The same markers at E or F. A wrapper that relays a child's output through its own logger at
 # info (AlphaFold's `I0322 05:41:47.767 ... run_docker.py:222] 2022-03-21 20:41:47: E
 # external/org_tensorflow/.../cuda_event.cc:29] Error polling for event status`) prints the
@@ -190,10 +190,8 @@ GLOG_NOT_ERROR = regexcache.compile(
 # logs the exception that stops the training at I (`I0722 ... coordinator.py:224] Error reported
 # to Coordinator: <class '...UnknownError'>, ...; Input/output error`).
 GLOG_ERROR = regexcache.compile(
-    r"(?:^|[\s\]>|:])(?:[EF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[\w./-]+:\d+\]"
-    r"|[EF] [\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\]"
-    r"|\[[EF](?:\d{4} [\d:.]+(?: \d+)?)? ?[\w./-]+\.(?:cc|cpp|cxx|c|h):\d+\])"
-    r"|[/\\]framework[/\\]op_kernel\.cc:\d+\]|\bOP_REQUIRES failed at\b|\bError reported to Coordinator: ")
+    _GLOG_LEVEL.format(L="[EF]")
+    + r"|[/\\]framework[/\\]op_kernel\.cc:\d+\]|\bOP_REQUIRES failed at\b|\bError reported to Coordinator: ")
 
 
 def glog_not_error(text: str) -> bool:
