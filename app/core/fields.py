@@ -141,15 +141,18 @@ _LOCATED_RES = [
 _LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<", "Raylet")
 # Open MPI's help texts name the other end in a key-value line of their own, below the message:
 # "  Peer host:  node-7", "Remote daemon: [[11377,0],1] on node worker-0", the older "lost
-# communication with its daemon located on node:" over "  hostname:  node-7" (not "Local host:"
-# or "HNP daemon :", the reporting side)
+# communication with its daemon located on node:" over "  hostname:  node-7", the runtime's
+# "  target node:  10.0.0.2" (no route / no connection to a daemon) and "  Node:  node-7" (a
+# communication path or heartbeat lost to a rank) (not "Local host:", "my node:" or "HNP daemon :",
+# the reporting side)
 _BLOCK_HOST = regexcache.compile(
-    r"^\s*(?:Peer host|Remote host|Remote daemon|hostname)\s*:\s*(?:\[\[\d+,\d+\],\d+\] on node\s+)?(" + _LOCATED_HOST + r")\s*$")
+    r"^\s*(?:Peer host|Remote host|Remote daemon|hostname|target node|Node)\s*:\s*(?:\[\[\d+,\d+\],\d+\] on node\s+)?("
+    + _LOCATED_HOST + r")\s*$")
 
 
 def block_line_host(text: str) -> str | None:
     """The host a help text's key-value line names as the other end (see `_BLOCK_HOST`), else None."""
-    if "host" not in text and "daemon" not in text:
+    if "host" not in text and "daemon" not in text and "ode" not in text:
         return None
     m = _BLOCK_HOST.search(text)
     return m.group(1).rstrip(".,:;") if m else None

@@ -195,6 +195,42 @@ def test_a_help_texts_peer_host_line_names_the_other_end() -> None:
     assert _diagnose("\n".join(TRAIN + far) + "\n").diagnosis.action.suspect_hosts == []
 
 
+OMPI_NO_CONNECT = [
+    "--------------------------------------------------------------------------",
+    "ORTE is unable to establish a communication connection to the",
+    "specified daemon located on the indicated node:",
+    "",
+    "  my node:   head-1",
+    "  target node:  10.0.8.21",
+    "",
+    "This is usually due to a lack of common network interfaces and/or",
+    "no route found between them.",
+    "--------------------------------------------------------------------------",
+]
+OMPI_COMM_PATH_LOST = [
+    "--------------------------------------------------------------------------",
+    "A critical communication path was lost to:",
+    "",
+    "  My name:      [[5120,0],0]",
+    "  Process name: [[5120,1],12]",
+    "  Node:         gpu-node-07",
+    "--------------------------------------------------------------------------",
+]
+
+
+def test_the_open_mpi_runtimes_help_texts_name_the_unreachable_node() -> None:
+    """The runtime's help texts name the other end under the message: `target node:` (a daemon it
+    cannot connect to; `my node:` is the side that reports it) and `Node:` (a rank it lost). A
+    connection set-up failure is the hosts' network set-up (no_retry); a path lost mid-run is the
+    network to that node (the network policy)."""
+    d = _diagnose("\n".join(OMPI_NO_CONNECT) + "\n").diagnosis
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NetworkError", "no_retry")
+    assert d.action.suspect_hosts == ["10.0.8.21"]
+    d = _diagnose("\n".join(TRAIN + OMPI_COMM_PATH_LOST) + "\n").diagnosis
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NetworkError", "retry")
+    assert d.action.suspect_hosts == ["gpu-node-07"]
+
+
 RAY_ACTOR_DIED = [
     "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.",
     "\tclass_name: RayTrainWorker", "\tactor_id: 4473bb2424de8ebfec88acc402000000", "\tpid: 6420",
