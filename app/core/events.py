@@ -54,6 +54,7 @@ class ErrorEvent:
     last_good_line: int = 0  # line of that healthy point (where a re-read for the exact onset starts)
     baseline: float | None = None  # the loss median a spike is measured against
     peer_consequence: bool = False  # a network error caused by a peer process dying (see rank.py)
+    aborted_by_exception: bool = False  # an abort an escaped C++ exception caused (see rank.py)
     recovered: bool = False  # training made progress after its last occurrence (see rank.py)
     last_line: int = 0
     warning: bool = False  # every line it matched is a Python warning (see rank.py)

@@ -51,7 +51,7 @@ class Ranking:
 
 
 def effective_role(ev: ErrorEvent) -> Role:
-    if ev.peer_consequence:
+    if ev.peer_consequence or ev.aborted_by_exception:
         return Role.SYMPTOM
     if ev.role is Role.CAUSE and ev.chained and ev.priority <= GENERIC_PRIORITY:
         return Role.WRAPPER
@@ -276,6 +276,36 @@ def _wrapped_teardown(events: list[ErrorEvent]) -> None:
             ev.recovered = True
 
 
+# an abort (SIGABRT) as Python's fault handler or the shell reports it
+_ABORT = regexcache.compile(r"Fatal Python error: Aborted|^\s*Aborted(?: \(core dumped\))?\s*$|\bline \d+: +\d+ Aborted\b")
+# the C++ runtime's report of an exception nothing caught, which then calls abort()
+TERMINATE_RULE = "cpp-terminate-wrapper"
+ABORT_AFTER_TERMINATE_LINES = 8
+
+
+def mark_aborts_by_exception(events: list[ErrorEvent]) -> None:
+    """libstdc++ reports an exception nothing caught (`terminate called after throwing an instance
+    of 'gloo::IoException'`, its message on the `what():` line) and then calls abort(): the
+    process's `Fatal Python error: Aborted` / `Aborted (core dumped)` a few lines later is that
+    exception's consequence. An untyped abort whose every line follows such a report, with a typed
+    event on the lines between (the message a rule knows), is a symptom: it does not outrank the
+    message it carries. An abort with no report before it, or whose message no rule types, stays."""
+    reports = sorted(o.line for e in events if e.rule_id == TERMINATE_RULE for o in e.occurrences)
+    if not reports:
+        return
+    typed = [o.line for e in events if e.error_type is not ErrorType.Unknown and e.rule_id != TERMINATE_RULE
+             for o in e.occurrences]
+    for ev in events:
+        if ev.error_type is not ErrorType.Unknown or ev.role is not Role.CAUSE:
+            continue
+        lines = [o.line for o in ev.occurrences if _ABORT.search(o.text)]
+        if not lines or len(lines) != len(ev.occurrences):
+            continue
+        ev.aborted_by_exception = all(
+            any(0 < line - r <= ABORT_AFTER_TERMINATE_LINES and any(r < t < line for t in typed) for r in reports)
+            for line in lines)
+
+
 def _warned_and_went_on(live: list[ErrorEvent], log: CompressedLog, harmless: frozenset[int]) -> bool:
     """Every error was printed at warning or info severity by an emitter that has an error level
     (glog / c10: `W tensorflow/...] Could not load dynamic library ...`) and no other error-looking
@@ -295,6 +325,8 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: froze
         return _no_events(log, harmless)
     mark_recovered(events, log)
     mark_peer_consequences(events)
+    if ablation.enabled("exceptions"):
+        mark_aborts_by_exception(events)
     _wrapped_teardown(events)
     # (an NCCL warning no rule types, `Unknown`, says nothing either way)
     live = [ev for ev in events if not ev.recovered

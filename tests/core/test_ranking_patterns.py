@@ -260,3 +260,22 @@ def test_a_metrics_lines_skipped_iterations_counter_is_no_skip_notice(pipe):
               "[2022-03-10 08:01:12,004] [INFO] [logging.py:68:log_dist] [Rank 0] step=9028, skipped=1"]
     d = run(pipe, "\n".join(lines) + "\n")
     assert d.root_cause.error_type == "NaNLoss"
+
+
+def test_an_abort_after_an_escaped_cpp_exception_carries_that_exceptions_message(pipe):
+    """libstdc++ reports an uncaught exception (`terminate called after throwing an instance of
+    ...`, its message on `what():`) and aborts: the abort is its consequence and does not outrank
+    the message a rule types (Gloo's peer that closed the connection). An abort with no such report
+    before it stays the failure."""
+    lines = ["[0]<stderr>:terminate called after throwing an instance of 'gloo::IoException'",
+             "[0]<stderr>:  what():  [/src/gloo/gloo/transport/tcp/pair.cc:572] Connection closed by peer [10.0.0.5]:53666",
+             "[0]<stderr>:Fatal Python error: Aborted",
+             "[0]<stderr>:Current thread 0x00007f (most recent call first):",
+             '[0]<stderr>:  File "/usr/lib/python3/dist-packages/horovod/common/basics.py", line 60 in init']
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type.value == "NetworkError"
+    alone = [lines[2], lines[3]]
+    assert run(pipe, "\n".join(alone) + "\n").root_cause.error_type.value == "Unknown"
+    # the abort far below the report is not its consequence
+    far = lines[:2] + [f"step {i} loss 1.0" for i in range(12)] + lines[2:]
+    assert run(pipe, "\n".join(far) + "\n").root_cause.error_type.value == "Unknown"
