@@ -20,6 +20,7 @@ summary alone is `Unknown` too.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 
 import regex
@@ -293,17 +294,24 @@ def mark_aborts_by_exception(events: list[ErrorEvent]) -> None:
     reports = sorted(o.line for e in events if e.rule_id == TERMINATE_RULE for o in e.occurrences)
     if not reports:
         return
-    typed = [o.line for e in events if e.error_type is not ErrorType.Unknown and e.rule_id != TERMINATE_RULE
-             for o in e.occurrences]
+    typed = sorted(o.line for e in events if e.error_type is not ErrorType.Unknown and e.rule_id != TERMINATE_RULE
+                   for o in e.occurrences)
+
+    def carried(line: int) -> bool:
+        # a report within the window before the abort, with a typed line between the two
+        lo = bisect.bisect_left(reports, line - ABORT_AFTER_TERMINATE_LINES)
+        for r in reports[lo:bisect.bisect_left(reports, line)]:
+            i = bisect.bisect_right(typed, r)
+            if i < len(typed) and typed[i] < line:
+                return True
+        return False
+
     for ev in events:
         if ev.error_type is not ErrorType.Unknown or ev.role is not Role.CAUSE:
             continue
         lines = [o.line for o in ev.occurrences if _ABORT.search(o.text)]
-        if not lines or len(lines) != len(ev.occurrences):
-            continue
-        ev.aborted_by_exception = all(
-            any(0 < line - r <= ABORT_AFTER_TERMINATE_LINES and any(r < t < line for t in typed) for r in reports)
-            for line in lines)
+        if lines and len(lines) == len(ev.occurrences):
+            ev.aborted_by_exception = all(carried(line) for line in lines)
 
 
 def _warned_and_went_on(live: list[ErrorEvent], log: CompressedLog, harmless: frozenset[int]) -> bool:
