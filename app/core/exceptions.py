@@ -274,7 +274,10 @@ def parse_tracebacks(lines: list[tuple[int, str]], anchors: set[int] | None = No
         start = st.start if (st.open and st.start is not None) else line_no
         rec = ExceptionRecord(line=line_no, text=text, start=start, stream=_stream_key(prefix), qualname=qual, module=module,
                               name=name, message=msg, inner=inner,
-                              in_traceback=st.open or _SEE_ABOVE in body or bool(_COORDINATOR_RE.search(body)),
+                              # (Ray's `RayTaskError(Inner): ray::f() (pid=..)` is a traceback's
+                              # caption by its form: Ray prints it above the task's frames)
+                              in_traceback=st.open or _SEE_ABOVE in body or bool(_COORDINATOR_RE.search(body))
+                              or (inner is not None and msg.startswith("ray::")),
                               frames=list(st.frames),
                               thread=line_no - st.thread_line <= MAX_GAP and st.thread_line >= st.ignored_line,
                               handled=st.open and st.handled)

@@ -12,6 +12,8 @@ from pathlib import Path
 from types import EllipsisType
 from typing import BinaryIO
 
+import regex
+
 from app import __version__
 from app.core import ablation
 from app.core.compress import CompressedLog, compress_source
@@ -88,6 +90,17 @@ def _preceding(log: CompressedLog, ev: ErrorEvent | None) -> tuple[str, ...]:
     return tuple(ordered + [o.text for o in ev.occurrences[:5]])
 
 
+# tqdm's meter (`32040/500150 [6:28:43<94:39:17, 1.37it/s ...]`, tqdm/std.py format_meter) with
+# steps done, printed on the error's own line before it: a bar redrawn with `\r` and no newline,
+# whose last state the error's text was glued onto. The job trained before the error.
+_GLUED_BAR = regex.compile(r"\b[1-9]\d*/\d+ \[(?:\d+:)?\d+:\d\d<[^\]\n]*\]")
+
+
+def _bar_before_error(text: str) -> bool:
+    m = _GLUED_BAR.search(text)
+    return m is not None and bool(text[m.end():].strip())
+
+
 class Pipeline:
     def __init__(self, ruleset: RuleSet | None = None, *, rules_dir: Path | str | None = None,
                  overlay: Path | str | None | EllipsisType = ...) -> None:
@@ -154,7 +167,8 @@ class Pipeline:
             root_lines=tuple(o.text for o in ev.occurrences[:50]) if ev else (),
             trained_before=ev is not None and (
                 any(p.line < ev.first_line for p in log.recent_progress)
-                or any(m.line < ev.first_line for m in log.metrics[:1])),
+                or any(m.line < ev.first_line for m in log.metrics[:1])
+                or _bar_before_error(ev.occurrences[0].text if ev.occurrences else ev.text)),
             root_frames=frames,
             loopback_interface=root.error_type is ErrorType.NetworkError
             and uses_loopback_interface(t.text for t in log.templates))
