@@ -1,6 +1,6 @@
 """A collective timeout at a process group's first collectives (torch's WorkNCCL SeqNum 1-2, or
 "last completed NCCL work: -1") means the ranks never connected: investigate, never retry. The
-same timeout after thousands of collectives stays a retry."""
+same timeout after thousands of collectives, with training seen before it, stays a retry."""
 
 from __future__ import annotations
 
@@ -36,6 +36,10 @@ def _new_torch(seq: int, completed: int, numel: int = 4194304, ops: tuple[str, .
     return out
 
 
+# training lines a filter rule reads (HF Trainer's dict), before the timeout
+_TRAINED = [f"{{'loss': {2.0 - s / 1000:.3f}, 'learning_rate': 1e-05, 'epoch': {s / 100:.2f}}}" for s in range(1, 40)]
+
+
 @pytest.mark.parametrize("lines", [_old_torch(1), _new_torch(1, -1), _new_torch(2, 0)],
                          ids=["torch1-seq1", "torch2-none-completed", "torch2-seq2"])
 def test_first_collective_timeout_investigates(lines: list[str]) -> None:
@@ -46,9 +50,27 @@ def test_first_collective_timeout_investigates(lines: list[str]) -> None:
 
 
 @pytest.mark.parametrize("lines", [_old_torch(96120), _new_torch(158000, 157999)], ids=["torch1-late", "torch2-late"])
-def test_late_timeout_still_retries(lines: list[str]) -> None:
-    d = _diagnose(lines)
+def test_late_timeout_after_training_still_retries(lines: list[str]) -> None:
+    d = _diagnose(_TRAINED + lines)
     assert d.action.kind.value == "retry"
+
+
+@pytest.mark.parametrize("lines", [_old_torch(96120), _new_torch(158000, 157999)], ids=["torch1-late", "torch2-late"])
+def test_late_timeout_with_no_training_seen_investigates(lines: list[str]) -> None:
+    """A high SeqNum alone, with no training in the log before it: nothing shows the job ever
+    trained (policy `nccl-timeout-no-training-seen`)."""
+    d = _diagnose(lines)
+    assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "investigate")
+    assert "no training progress before it" in d.action.reason
+
+
+def test_a_progress_bar_glued_before_the_timeout_is_training_seen() -> None:
+    """tqdm's meter with steps done, the timeout's text glued after it on the same line (a bar
+    redrawn with a carriage return and no newline): the job trained before the timeout."""
+    glued = ("Epoch 0:   6%|##        | 32040/500150 [6:28:43<94:39:17,  1.37it/s, loss=2.6]" + _old_torch(96120)[0])
+    assert _diagnose([glued] + _old_torch(96120)[1:]).action.kind.value == "retry"
+    bar_only = "Epoch 0:   0%|          | 0/500150 [00:00<?, ?it/s]" + _old_torch(96120)[0]
+    assert _diagnose([bar_only] + _old_torch(96120)[1:]).action.kind.value == "investigate"
 
 
 def test_a_timeout_before_steady_training_investigates() -> None:
@@ -114,7 +136,7 @@ def test_ranks_waiting_in_different_collectives_are_a_desync() -> None:
     assert (d.root_cause.error_type.value, d.action.kind.value) == ("NCCLTimeoutError", "investigate")
     assert "different kinds" in d.action.reason
     # ALLGATHER and _ALLGATHER_BASE are the same collective: no desync, a late timeout retries
-    d = _diagnose(_new_torch(532339, 532338, ops=("ALLGATHER", "_ALLGATHER_BASE")))
+    d = _diagnose(_TRAINED + _new_torch(532339, 532338, ops=("ALLGATHER", "_ALLGATHER_BASE")))
     assert d.action.kind.value == "retry"
 
 
@@ -154,5 +176,5 @@ def test_a_deadline_of_a_minute_or_less_is_the_jobs_own_step() -> None:
            "WorkNCCL(OpType=BROADCAST, Timeout(ms)=60000) ran for 66854 milliseconds before timing out."]
     assert _diagnose(old).action.kind.value == "no_retry"
     # the default deadline keeps the other policies; the first collectives stay "never connected"
-    assert _diagnose(_new_torch(158000, 157999)).action.kind.value == "retry"
+    assert _diagnose(_TRAINED + _new_torch(158000, 157999)).action.kind.value == "retry"
     assert _diagnose(_new_torch(1, -1, timeout_ms=60000)).action.kind.value == "investigate"
