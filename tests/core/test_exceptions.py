@@ -750,3 +750,21 @@ OSError: [Errno 101] Network is unreachable
 def test_a_socket_error_in_an_http_client_is_a_connection_error(pipeline: Pipeline, frame, frame2, expected) -> None:
     d = diagnose(pipeline, _SOCKET_ERROR_UNDER.format(frame=frame, frame2=frame2))
     assert d.root_cause.error_type is expected
+
+
+def test_rays_task_error_caption_is_a_traceback_where_the_log_starts(pipeline: Pipeline) -> None:
+    """Ray prints `RayTaskError(X): ray::f() (pid=..)` above the task's frames: a log cut before
+    the task's own final line still names the failure by the caption's inner class."""
+    text = """
+ray.exceptions.RayTaskError(OutOfMemoryError): ray::DTensorPolicyWorker.get_logprobs() (pid=2671339, ip=10.65.16.209, actor_id=d5836b)
+  File "/usr/lib/python3.12/concurrent/futures/_base.py", line 453, in result
+    return self.__get_result()
+  File "/workspace/nemo_rl/models/policy/dtensor_policy_worker.py", line 653, in get_logprobs
+    token_logprobs = forward(
+"""
+    (rec,) = records(text)
+    assert rec.in_traceback and rec.inner == "OutOfMemoryError"
+    assert diagnose(pipeline, text).root_cause.error_type is ErrorType.OutOfMemoryError
+    # the same `Class(Inner): text` form without Ray's `ray::` task name is no caption
+    (other,) = records("mylib.TaskError(KeyError): failed to run f\n")
+    assert not other.in_traceback

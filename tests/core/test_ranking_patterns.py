@@ -279,3 +279,14 @@ def test_an_abort_after_an_escaped_cpp_exception_carries_that_exceptions_message
     # the abort far below the report is not its consequence
     far = lines[:2] + [f"step {i} loss 1.0" for i in range(12)] + lines[2:]
     assert run(pipe, "\n".join(far) + "\n").root_cause.error_type.value == "Unknown"
+
+
+def test_a_client_that_never_reaches_its_server_fails_on_it(pipe):
+    # trl's vLLM client polls its server; a log that ends in the loop never reached it (nothing
+    # listens there: a restart does not start the server), one that trains on got through
+    waiting = [f"2025-03-26 05:53:{s:02d} - INFO - trl.extras.vllm_client - Server is not up yet. Retrying in 2.0 seconds..."
+               for s in range(10, 20, 2)]
+    d = run(pipe, "\n".join(["Loading checkpoint shards: 100%", *waiting]) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("ConnectionError", "no_retry"), d.root_cause
+    d = run(pipe, "\n".join([*waiting, "INFO - trl.extras.vllm_client - Server is up.", *hf_steps(30)]) + "\n")
+    assert d.root_cause.error_type == "Unknown", d.root_cause
