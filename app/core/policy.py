@@ -181,8 +181,12 @@ _SOCKET_SETUP = regex.compile(
     r"\bsocket(?:Start|Poll)Connect\b|\bNCCL INFO Call to connect returned\b|\bbootstrap\.cc?:\d+\b[^\n]*\bWARN\b|"
     r"\bNCCL INFO (?:transport/net(?:_socket)?\.cc|bootstrap\.cc?):\d+ -> 2\b|"
     # MPI's transports wiring up the ranks: Open MPI's TCP BTL connect (btl_tcp_endpoint.c) and
-    # UCX's socket connect (ucs/sys/sock.c), both with the socket's errno
+    # UCX's socket connect (ucs/sys/sock.c), both with the socket's errno; the BTL refusing an
+    # incoming connection whose source address matches none the peer announced (btl_tcp_proc.c,
+    # mca_btl_tcp_proc_accept: `btl: tcp: Match incoming connection from %s %s with locally known
+    # IP %s failed (iface %d/%d)!`: a NAT or a container network rewrote the address)
     r"\bUnable to connect to the peer \S+ on port \d+:|\bmca_btl_tcp_endpoint_complete_connect\] connect\(\) to\b|"
+    r"\bbtl: tcp: Match incoming connection from \S+ \S+ with locally known IP \S+ failed\b|"
     r"\bUCX\s+ERROR\b[^\n]*?\bconnect\(fd=\d+, dest_addr=")
 
 
@@ -199,8 +203,12 @@ LOOPBACK_INTERFACE = regex.compile(
     r"(?:lo:127\.|docker\d*:|[\w.-]+:172\.17\.0\.1\b|[\w.-]+:fe80::)"
     r"|\bUnable to resolve hostname to a \(local\) address\. Using the loopback\b"  # (it wraps there)
     # a connect whose destination is docker's default bridge address, which every host has: the
-    # peer advertised its docker0 address (UCX's `connect(fd=N, dest_addr=172.17.0.1:P) failed`)
-    r"|\bdest_addr=172\.17\.0\.1:")
+    # peer advertised its docker0 address (UCX's `connect(fd=N, dest_addr=172.17.0.1:P) failed`,
+    # Open MPI's TCP BTL `connect() to 172.17.0.1 failed`), or a c10d store client that could not
+    # reach a container's address on that bridge (172.17.0.0/16, reachable from its own host only:
+    # `trying to connect to (172.17.0.9, 50437)`, `failed to connect/validate to host 172.17.0.9:P`)
+    r"|\bdest_addr=172\.17\.0\.1:|\bconnect\(\) to 172\.17\.0\.1 failed\b"
+    r"|\[c10d\][^\n]*?\b(?:trying to connect to \(|connect/validate to host )172\.17\.\d+\.\d+\b")
 
 
 def uses_loopback_interface(texts) -> bool:
