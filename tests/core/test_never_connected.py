@@ -110,3 +110,26 @@ def test_a_refused_connect_on_a_loopback_interface_is_set_up(pipe, name):
     # its full mesh only when the group is created, so its failed connect is set-up either way
     d = _diagnose(pipe, [line for line in lines if "lo:127" not in line and "loopback" not in line.lower()])
     assert (d.action.kind == "no_retry") is (name == "gloo")
+
+
+@pytest.mark.parametrize("addr, kind", [("172.17.0.9", "no_retry"), ("10.1.2.3", "investigate")])
+def test_a_rendezvous_client_dialling_dockers_default_bridge_is_the_interface(pipe, addr, kind):
+    # a container's address on docker's default bridge is reachable from its own host only: the
+    # store was advertised on the wrong interface, whatever timed out; another address is the
+    # never-met case, investigated
+    lines = [f"[E616 02:08:15.931416442 socket.cpp:1023] [c10d] The client socket has timed out after 600000ms "
+             f"while trying to connect to ({addr}, 50437).",
+             f"torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while trying to "
+             f"connect to ({addr}, 50437)."]
+    d = _diagnose(pipe, lines)
+    assert (d.root_cause.error_type, d.action.kind) == ("NetworkError", kind)
+    # after training ran the same timeout is a peer lost mid-run, whatever the address
+    assert _diagnose(pipe, STEPS + lines).action.kind == "retry"
+
+
+def test_open_mpi_connecting_to_the_docker_gateway_is_the_interface(pipe):
+    line = ("[u10-154-66-206][[38971,1],2][btl_tcp_endpoint.c:796:mca_btl_tcp_endpoint_complete_connect] "
+            "connect() to {} failed: Connection refused (111)")
+    assert _diagnose(pipe, [line.format("172.17.0.1")]).action.kind == "no_retry"
+    # a refused connect to a routable address is the peer process's: retried
+    assert _diagnose(pipe, [line.format("10.0.0.5")]).action.kind == "retry"
