@@ -80,8 +80,9 @@ _HOST_RES = [
     # 01:21:28 FORGE ollama[555]: ...", "2024-01-03T04:05:06.123+00:00 gpu17 kernel: ..."
     regexcache.compile(r"^" + _QUOTE + r"(?:" + _SYSLOG_MONTH + r"\s+\d{1,2}\s[\d:]{8}|\d{4}-\d\d-\d\dT[\d:.]{8,}(?:Z|[+-]\d\d:\d\d))"
                        r"\s([A-Za-z][A-Za-z0-9_.-]*)\s(?:kernel|[\w./-]+\[\d+\]):\s"),
-    # NCCL: "node-12:1234:5678 [3] NCCL ...", behind a launcher's tags
-    regexcache.compile(r"^" + _QUOTE + _TAGS + "(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
+    # NCCL: "node-12:1234:5678 [3] NCCL ...", behind a launcher's tags (or indented, as a log
+    # quoted in a markdown code block is: "    gpu46:78367:78492 [0] transport/nvls.cc:244 ...")
+    regexcache.compile(r"^" + _QUOTE + r"[ \t]*" + _TAGS + "(" + _HOST_TOKEN + r"):\d+:\d+\s\[\d+\]"),
     # pdsh's own report on a remote host: "pdsh@launcher: 10.0.0.15: ssh exited with exit code 1"
     regexcache.compile(r"^" + _QUOTE + r"pdsh@[\w.-]+:\s(" + _PREFIX_HOST + r"):\s"),
     # rdma-core's mlx5 provider dumps a bad completion under the host's name (providers/mlx5:

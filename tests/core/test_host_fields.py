@@ -200,6 +200,9 @@ def test_host_match_answers_like_every_pattern_in_order(text):
      "task-7701-z5h6w"),
     ("`ubuntu20-server-2:94639:94647 [0] transport/net_ib.cc:100 NCCL WARN NET/IB : mlx5_0:1 Got async event",
      "ubuntu20-server-2"),
+    # or indented, as a markdown code block quotes it
+    ("    gpu46:78367:78492 [0] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid argument'", "gpu46"),
+    ("\tnode-3:106:196 [0] NCCL INFO Channel 00/02 :    0   1", "node-3"),
 ])
 def test_a_quoted_line_keeps_its_host(line: str, host: str) -> None:
     assert host_match(line).group(1) == host
