@@ -181,12 +181,8 @@ _SOCKET_SETUP = regex.compile(
     r"\bsocket(?:Start|Poll)Connect\b|\bNCCL INFO Call to connect returned\b|\bbootstrap\.cc?:\d+\b[^\n]*\bWARN\b|"
     r"\bNCCL INFO (?:transport/net(?:_socket)?\.cc|bootstrap\.cc?):\d+ -> 2\b|"
     # MPI's transports wiring up the ranks: Open MPI's TCP BTL connect (btl_tcp_endpoint.c) and
-    # UCX's socket connect (ucs/sys/sock.c), both with the socket's errno; the BTL refusing an
-    # incoming connection whose source address matches none the peer announced (btl_tcp_proc.c,
-    # mca_btl_tcp_proc_accept: `btl: tcp: Match incoming connection from %s %s with locally known
-    # IP %s failed (iface %d/%d)!`: a NAT or a container network rewrote the address)
+    # UCX's socket connect (ucs/sys/sock.c), both with the socket's errno
     r"\bUnable to connect to the peer \S+ on port \d+:|\bmca_btl_tcp_endpoint_complete_connect\] connect\(\) to\b|"
-    r"\bbtl: tcp: Match incoming connection from \S+ \S+ with locally known IP \S+ failed\b|"
     r"\bUCX\s+ERROR\b[^\n]*?\bconnect\(fd=\d+, dest_addr=")
 
 
