@@ -22,7 +22,7 @@ import re
 
 import regex
 
-from app.core.rules import MATCH_TIMEOUT_S, DiagnosisRule
+from app.core.rules import DiagnosisRule, bounded_search
 
 MAX_VARIANTS = 1 << 18  # the same cap as MAX_VARIANTS in _shapescan.c: past it, lines are counted
 NO_FIELD = (0, -1)  # an empty shape-position range
@@ -155,7 +155,16 @@ class DigitSensitivity:
             self._set = self._build()
         if self._set.Match(text):
             return True
-        return any(rx.search(text, timeout=MATCH_TIMEOUT_S) for rx in self._slow)
+        return any(_matches_or_slow(rx, text) for rx in self._slow)
+
+
+def _matches_or_slow(rx: regex.Pattern, text: str) -> bool:
+    """A pattern that ran out of time on the line counts as matching: the shape is then treated
+    as digit-sensitive, and its lines are kept rather than folded."""
+    try:
+        return bounded_search(rx, text) is not None
+    except TimeoutError:
+        return True
 
 
 def _shape_pos(raw: bytes, offset: int) -> int:

@@ -4,7 +4,7 @@ All RE2-compatible patterns go into one `re2.Set` (a single pass over the line t
 can match), or, `prefiltered`, into RE2's FilteredRE2 (`re2.Filter`: the literal atoms the
 patterns need are matched first, then only the candidate patterns run; a large set builds DFA
 states for every new kind of line, the filter does not, for a few ms more to build); patterns
-RE2 cannot run (lookarounds, backreferences) are searched one by one with the `regex` module. Named groups are then extracted with `regex`, under a timeout, only for the
+RE2 cannot run (lookarounds, backreferences) are searched one by one with the `regex` module. Named groups are then extracted with `regex`, under a timeout (`bounded_search`), only for the
 rules that matched.
 """
 
@@ -17,7 +17,7 @@ from typing import Generic, Protocol, TypeVar
 import re2
 import regex
 
-from app.core.rules import MATCH_TIMEOUT_S
+from app.core.rules import bounded_search
 from app.core.setform import set_form
 
 
@@ -85,7 +85,7 @@ class MultiMatcher(Generic[R]):
         found = [self._set_index[j] for j in (self._set.Match(text) or ())] if self._set_index else []
         for i in self._fallback:
             try:
-                if self.rules[i].regex.search(text, timeout=MATCH_TIMEOUT_S):
+                if bounded_search(self.rules[i].regex, text):
                     found.append(i)
             except TimeoutError:
                 continue
@@ -106,7 +106,7 @@ class MultiMatcher(Generic[R]):
         for i in self.match_indices(text):
             rule = self.rules[i]
             try:
-                m = rule.regex.search(text, timeout=MATCH_TIMEOUT_S)
+                m = bounded_search(rule.regex, text)
             except TimeoutError:
                 m = None
             if m is None:  # RE2 and regex disagree (rare semantics differences): trust regex

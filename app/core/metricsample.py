@@ -13,7 +13,7 @@ from collections.abc import Callable
 from itertools import compress
 
 from app.core.compressed import MAX_METRIC_POINTS, MetricPoint, decode_line, thin_metrics
-from app.core.rules import MATCH_TIMEOUT_S, FilterRule
+from app.core.rules import FilterRule, bounded_search
 from app.core.signals import ShapeSignal
 
 METRIC_SAMPLES_PER_CHUNK = 64
@@ -55,7 +55,7 @@ class MetricSampler:
         self._extracted.add(line_no)
         self._note_rank(text)
         try:
-            m = rule.regex.search(text, timeout=MATCH_TIMEOUT_S)
+            m = bounded_search(rule.regex, text)
         except TimeoutError:
             return
         if not m:

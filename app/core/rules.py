@@ -50,7 +50,31 @@ GROUP_NAMES = {"rank", "host", "gpu", "xid", "exc", "pid", "node", "local_rank",
                "step", "loss", "grad_norm", "loss_scale", "lr", "throughput", "time", "detail", "skipped"}
 DEFAULT_PRIORITY = {Role.CAUSE: 50, Role.WRAPPER: 20, Role.SYMPTOM: 10}
 MATCH_TIMEOUT_S = 0.05
+# A `regex` search's timeout is wall-clock time: it bounds a pattern that backtracks on a line,
+# but it also runs out while the process waits for a CPU (a loaded host, a busy server). A search
+# that ran out of the short bound is tried once more under the long one before a match is given
+# up; a pattern that runs out of the long bound this many times is given the short bound only
+# from then on, so one backtracking rule cannot make every line cost the long bound.
+MATCH_RETRY_TIMEOUT_S = 2.0
+MATCH_RETRY_LIMIT = 3
+_LONG_TIMEOUTS: dict[tuple[str, int], int] = {}
 CACHE_FORMAT = 3
+
+
+def bounded_search(rx: regex.Pattern, text: str) -> regex.Match | None:
+    """`rx.search(text)` under `MATCH_TIMEOUT_S`, once more under `MATCH_RETRY_TIMEOUT_S` when that
+    ran out (see there); raises TimeoutError when the pattern ran out of both."""
+    try:
+        return rx.search(text, timeout=MATCH_TIMEOUT_S)
+    except TimeoutError:
+        key = (rx.pattern, rx.flags)
+        if _LONG_TIMEOUTS.get(key, 0) >= MATCH_RETRY_LIMIT:
+            raise
+    try:
+        return rx.search(text, timeout=MATCH_RETRY_TIMEOUT_S)
+    except TimeoutError:
+        _LONG_TIMEOUTS[key] = _LONG_TIMEOUTS.get(key, 0) + 1
+        raise
 
 
 class RuleError(ValueError):
