@@ -281,6 +281,8 @@ def _wrapped_teardown(events: list[ErrorEvent]) -> None:
 _ABORT = regexcache.compile(r"Fatal Python error: Aborted|^\s*Aborted(?: \(core dumped\))?\s*$|\bline \d+: +\d+ Aborted\b")
 # the C++ runtime's report of an exception nothing caught, which then calls abort()
 TERMINATE_RULE = "cpp-terminate-wrapper"
+# its second line, the exception's message: `  what():  [Rank 4] Watchdog caught collective ...`
+_WHAT = regexcache.compile(r"(?:^|\s)what\(\): ")
 ABORT_AFTER_TERMINATE_LINES = 8
 
 
@@ -290,12 +292,18 @@ def mark_aborts_by_exception(events: list[ErrorEvent]) -> None:
     process's `Fatal Python error: Aborted` / `Aborted (core dumped)` a few lines later is that
     exception's consequence. An untyped abort whose every line follows such a report, with a typed
     event on the lines between (the message a rule knows), is a symptom: it does not outrank the
-    message it carries. An abort with no report before it, or whose message no rule types, stays."""
+    message it carries; so is one that follows a typed `what():` line alone (the report's first
+    line cut off, or printed to the other stream). An abort with no report before it, or whose
+    message no rule types, stays."""
     reports = sorted(o.line for e in events if e.rule_id == TERMINATE_RULE for o in e.occurrences)
-    if not reports:
+    typed_occ = [o for e in events if e.error_type is not ErrorType.Unknown and e.rule_id != TERMINATE_RULE
+                 for o in e.occurrences]
+    typed = sorted(o.line for o in typed_occ)
+    # a typed message on the report's own `what():` line (the report's first line is cut off or
+    # was printed to the other stream)
+    messages = sorted(o.line for o in typed_occ if _WHAT.search(o.text))
+    if not reports and not messages:
         return
-    typed = sorted(o.line for e in events if e.error_type is not ErrorType.Unknown and e.rule_id != TERMINATE_RULE
-                   for o in e.occurrences)
 
     def carried(line: int) -> bool:
         # a report within the window before the abort, with a typed line between the two
@@ -304,7 +312,8 @@ def mark_aborts_by_exception(events: list[ErrorEvent]) -> None:
             i = bisect.bisect_right(typed, r)
             if i < len(typed) and typed[i] < line:
                 return True
-        return False
+        i = bisect.bisect_left(messages, line - ABORT_AFTER_TERMINATE_LINES)
+        return i < len(messages) and messages[i] < line
 
     for ev in events:
         if ev.error_type is not ErrorType.Unknown or ev.role is not Role.CAUSE:

@@ -281,6 +281,19 @@ def test_an_abort_after_an_escaped_cpp_exception_carries_that_exceptions_message
     assert run(pipe, "\n".join(far) + "\n").root_cause.error_type.value == "Unknown"
 
 
+def test_an_abort_after_a_reports_message_line_alone_carries_that_message(pipe):
+    """The report's first line cut off (or printed to the other stream): the typed `what():`
+    line alone still says which exception the abort that follows carries."""
+    prefix = "[2024-02-27T21:35:28.89Z] fa88a9df [rank=4] || "
+    what = ("  what():  [Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+            "OpType=ALLGATHER, Timeout(ms)=1800000) ran for 1804782 milliseconds before timing out.")
+    lines = [prefix + what, prefix + "Fatal Python error: Aborted", prefix, prefix + "Thread 0x00007eff (most recent call first):"]
+    assert run(pipe, "\n".join(lines) + "\n").root_cause.error_type.value == "NCCLTimeoutError"
+    # a message line that is no exception's (no `what():`) before an abort leaves the abort the failure
+    plain = [prefix + what.replace("what():  ", ""), *lines[1:]]
+    assert run(pipe, "\n".join(plain) + "\n").root_cause.error_type.value == "Unknown"
+
+
 def test_a_client_that_never_reaches_its_server_fails_on_it(pipe):
     # trl's vLLM client polls its server; a log that ends in the loop never reached it (nothing
     # listens there: a restart does not start the server), one that trains on got through
