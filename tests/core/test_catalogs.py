@@ -20,7 +20,7 @@ RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
 CATALOG_FILES = {"catalog_nccl.yaml", "catalog_cuda.yaml", "nodeloss.yaml", "objectstore.yaml", "sharedfs.yaml", "catalog_pip.yaml", "catalog_ssh.yaml",
                  "catalog_ucx.yaml", "catalog_ofi.yaml", "catalog_ascend.yaml", "catalog_rocm.yaml", "catalog_ompi.yaml",
                  "catalog_habana.yaml", "catalog_xpu.yaml", "catalog_neuron.yaml", "catalog_pyxis.yaml",
-                 "catalog_nccl_warn.yaml", "catalog_metal.yaml", "catalog_pslite.yaml"}
+                 "catalog_nccl_warn.yaml", "catalog_metal.yaml", "catalog_pslite.yaml", "catalog_oneccl.yaml"}
 
 CATALOG_DIAG = """\
 kind: diagnosis
@@ -441,3 +441,44 @@ def test_ascend_runtime_codes_are_typed_by_class(ablate):
     assert (d.root_cause.error_type, d.action.kind) == (ErrorType.CUDAError, ActionKind.INVESTIGATE)
     d = _diagnose(TORCH_NPU_HBM_ECC)
     assert (d.root_cause.error_type, d.action.kind) == (ErrorType.ECCError, ActionKind.ISOLATE_AND_RESTART)
+
+
+ASCEND_OP_NO_BINARY = """\
+[E OpParamMaker.cpp:273] call aclnnCast failed, detail:EZ9999: Inner Error!
+EZ9999: 2024-05-17-01:30:26.960.959  Op Cast does not has any binary.
+[ERROR] 2024-05-17-01:30:26 (PID:41961, Device:0, RankID:-1) ERR01005 OPS internal error
+"""
+
+MINDSPORE_AICPU = """\
+[ERROR] DEVICE(44814,7f33,python):2023-06-01-22:47:58.744.915 [mindspore/ccsrc/plugin/device/ascend/hal/hardware/ascend_graph_executor.cc:195] RunGraph] run task error!
+E39999: Inner Error!
+E39999  Aicpu kernel execute failed, device_id=0, stream_id=12, task_id=2.[FUNC:PrintAicpuErrorInfo][FILE:task.cc][LINE:747]
+"""
+
+
+def test_an_operator_with_no_kernel_for_the_npu_is_the_install_and_an_ai_cpu_fault_a_kernel_fault():
+    d = _diagnose(ASCEND_OP_NO_BINARY)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.CUDAError, ActionKind.NO_RETRY)
+    assert d.root_cause.rule_id == "ascend-op-no-binary"
+    d = _diagnose(MINDSPORE_AICPU)
+    assert (d.root_cause.rule_id, d.action.kind) == ("ascend-kernel-exception", ActionKind.INVESTIGATE)
+
+
+# ---- oneCCL: the ATL/OFI transport could not open a provider --------------------------------------
+
+ONECCL_NO_PROVIDER = """\
+2025:05:23-19:04:20:(168955) |CCL_ERROR| atl_ofi_helper.cpp:1635 atl_ofi_open_nw_provs: can not open network providers
+2025:05:23-19:04:20:(168955) |CCL_ERROR| atl_ofi.cpp:1149 open_providers: atl_ofi_open_nw_provs failed with status: 1
+2025:05:23-19:04:20:(168955) |CCL_ERROR| atl_ofi.cpp:237 init: can't find suitable provider
+[hedp017:168955:0:168955] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)
+"""
+
+
+def test_a_oneccl_transport_that_found_no_provider_is_the_network_set_up_not_the_crash_after_it(ablate):
+    d = _diagnose(ONECCL_NO_PROVIDER)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NetworkError, ActionKind.NO_RETRY)
+    assert d.root_cause.rule_id == "oneccl-ofi-provider-setup"
+    assert _ablated(ONECCL_NO_PROVIDER, ablate).root_cause.rule_id != "oneccl-ofi-provider-setup"
+    # its warning that the providers with device-memory support are missing is no failure
+    warn = "2025:05:23-19:04:20:(168955) |CCL_WARN| atl_ofi.cpp:161 init: can not open network providers with hmem support\n"
+    assert _diagnose(warn).root_cause.error_type == ErrorType.Unknown

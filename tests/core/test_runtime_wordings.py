@@ -1,0 +1,64 @@
+"""The same fault in another emitter's words: a SIGBUS as gdb reports it, NCCL's error through
+CuPy's binding (Ray's collective library), a CUDA OOM from vLLM's cumem allocator."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from app.core.pipeline import Pipeline
+from app.core.types import ActionKind, ErrorType
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return Pipeline()
+
+
+def _diagnose(pipe, text: str):  # noqa: ANN001
+    return pipe.diagnose(io.BytesIO(text.encode())).diagnosis
+
+
+GDB_SIGBUS = """\
+Thread 787 "imagenet_fake_d" received signal SIGBUS, Bus error.
+[Switching to Thread 0x7f45d7dff640 (LWP 3925)]
+0x00007f6b59544f3b in ncclShmOpen(char*, unsigned long, void**, void**, int, void**) () from /usr/lib/xla_extension.so
+(gdb) bt
+#0 0x00007f6b59544f3b in ncclShmOpen(char*, unsigned long, void**, void**, int, void**) ()
+#1 0x00007f6b595436d7 in ncclProxyService(void*) ()
+"""
+
+
+def test_a_bus_error_gdb_caught_is_shared_memory_not_an_unknown_crash(pipe):
+    d = _diagnose(pipe, GDB_SIGBUS)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.OSError, ActionKind.NO_RETRY)
+    assert d.root_cause.rule_id == "sigbus-shared-memory"
+    segv = GDB_SIGBUS.replace("SIGBUS, Bus error", "SIGSEGV, Segmentation fault")
+    assert _diagnose(pipe, segv).root_cause.error_type == ErrorType.Unknown
+
+
+RAY_NCCL = """\
+  File "/home/ml/virtualenv/lib/python3.10/site-packages/ray/_private/worker.py", line 2493, in get
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(NcclError): ray::Worker.compute() (pid=35381, ip=10.223.22.25, actor_id=b849)
+  File "/home/ml/src/allreduce_test.py", line 21, in compute
+"""
+
+
+def test_an_nccl_error_through_cupy_is_the_collective_backend(pipe):
+    d = _diagnose(pipe, RAY_NCCL)
+    assert (d.root_cause.error_type, d.root_cause.rule_id) == (ErrorType.NetworkError, "exc.exc-cupy-nccl")
+    cuda = RAY_NCCL + "cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_UNHANDLED_CUDA_ERROR: unhandled cuda error\n"
+    assert _diagnose(pipe, cuda).root_cause.error_type == ErrorType.CUDAError
+    # another class in a Ray task error is still that class's
+    other = RAY_NCCL.replace("RayTaskError(NcclError)", "RayTaskError(KeyError)")
+    assert _diagnose(pipe, other).root_cause.error_type != ErrorType.NetworkError
+
+
+def test_vllms_cumem_allocator_running_out_is_gpu_memory(pipe):
+    text = ("(LLMRayActor pid=226426) ERROR 06-10 10:55:03 [core.py:459]     allocator.wake_up(tags)\n"
+            "(LLMRayActor pid=226426) ERROR 06-10 10:55:03 [core.py:459] RuntimeError: CUDA Error: out of memory at "
+            "/workspace/csrc/cumem_allocator.cpp:62\n")
+    d = _diagnose(pipe, text)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.OutOfMemoryError, ActionKind.NO_RETRY)
