@@ -180,9 +180,11 @@ _SOCKET_SETUP = regex.compile(
     r"\bWARN\b[^\n]*?(?:\bCall to connect\b|\b[Cc]onnect to \S+ failed|\b[Cc]onnect(?: to \S+)? returned\b)|"
     r"\bsocket(?:Start|Poll)Connect\b|\bNCCL INFO Call to connect returned\b|\bbootstrap\.cc?:\d+\b[^\n]*\bWARN\b|"
     r"\bNCCL INFO (?:transport/net(?:_socket)?\.cc|bootstrap\.cc?):\d+ -> 2\b|"
-    # MPI's transports wiring up the ranks: Open MPI's TCP BTL connect (btl_tcp_endpoint.c) and
-    # UCX's socket connect (ucs/sys/sock.c), both with the socket's errno
+    # MPI's transports wiring up the ranks: Open MPI's TCP BTL connect (btl_tcp_endpoint.c, and
+    # the help text it prints for it, help-mpi-btl-tcp.txt [client connect fail]) and UCX's socket
+    # connect (ucs/sys/sock.c), both with the socket's errno
     r"\bUnable to connect to the peer \S+ on port \d+:|\bmca_btl_tcp_endpoint_complete_connect\] connect\(\) to\b|"
+    r"\bOpen MPI failed to TCP connect to a peer MPI process\b|"
     r"\bUCX\s+ERROR\b[^\n]*?\bconnect\(fd=\d+, dest_addr=")
 
 

@@ -133,3 +133,25 @@ def test_open_mpi_connecting_to_the_docker_gateway_is_the_interface(pipe):
     assert _diagnose(pipe, [line.format("172.17.0.1")]).action.kind == "no_retry"
     # a refused connect to a routable address is the peer process's: retried
     assert _diagnose(pipe, [line.format("10.0.0.5")]).action.kind == "retry"
+
+
+OMPI_CONNECT_HELP = [
+    "--------------------------------------------------------------------------",
+    "WARNING: Open MPI failed to TCP connect to a peer MPI process.  This",
+    "should not happen.",
+    "",
+    "Your Open MPI job may now hang or fail.",
+    "",
+    "  Local host: node-a",
+    "  PID:        4242",
+    "  Message:    connect() to 10.0.0.5:1024 failed",
+    "  Error:      Operation now in progress (115)",
+    "--------------------------------------------------------------------------",
+]
+
+
+def test_open_mpis_help_text_for_a_tcp_connect_that_failed_before_training_is_set_up(pipe):
+    d = _diagnose(pipe, OMPI_CONNECT_HELP)
+    assert (d.root_cause.error_type, d.action.kind) == ("NetworkError", "no_retry")
+    # after training ran the same connect is a peer lost mid-run: retried
+    assert _diagnose(pipe, STEPS + OMPI_CONNECT_HELP).action.kind == "retry"
