@@ -22,7 +22,7 @@ import re
 
 import regex
 
-from app.core.rules import DiagnosisRule, bounded_search
+from app.core.rules import DiagnosisRule, bounded_match
 
 MAX_VARIANTS = 1 << 18  # the same cap as MAX_VARIANTS in _shapescan.c: past it, lines are counted
 NO_FIELD = (0, -1)  # an empty shape-position range
@@ -155,16 +155,9 @@ class DigitSensitivity:
             self._set = self._build()
         if self._set.Match(text):
             return True
-        return any(_matches_or_slow(rx, text) for rx in self._slow)
-
-
-def _matches_or_slow(rx: regex.Pattern, text: str) -> bool:
-    """A pattern that ran out of time on the line counts as matching: the shape is then treated
-    as digit-sensitive, and its lines are kept rather than folded."""
-    try:
-        return bounded_search(rx, text) is not None
-    except TimeoutError:
-        return True
+        # (a pattern that ran out of time on the line counts as matching: the shape is then
+        # treated as digit-sensitive, and its lines are kept rather than folded)
+        return any(bounded_match(rx, text, timed_out=True) for rx in self._slow)
 
 
 def _shape_pos(raw: bytes, offset: int) -> int:

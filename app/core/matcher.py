@@ -17,7 +17,7 @@ from typing import Generic, Protocol, TypeVar
 import re2
 import regex
 
-from app.core.rules import bounded_search
+from app.core.rules import bounded_match, bounded_search
 from app.core.setform import set_form
 
 
@@ -84,11 +84,8 @@ class MultiMatcher(Generic[R]):
     def match_indices(self, text: str) -> list[int]:
         found = [self._set_index[j] for j in (self._set.Match(text) or ())] if self._set_index else []
         for i in self._fallback:
-            try:
-                if bounded_search(self.rules[i].regex, text):
-                    found.append(i)
-            except TimeoutError:
-                continue
+            if bounded_match(self.rules[i].regex, text, timed_out=False):
+                found.append(i)
         found.sort()
         return found
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import regex
 
 from app.core import ablation
-from app.core.rules import bounded_search
+from app.core.rules import bounded_match
 from app.core.types import ActionKind, Category, ErrorType
 
 
@@ -297,15 +297,8 @@ def _compiled(pattern: str) -> regex.Pattern:
 
 def _any_line(pattern: str, lines: tuple[str, ...]) -> bool:
     rx = _compiled(pattern)
-    return any(_found(rx, line) for line in lines)
-
-
-def _found(rx: regex.Pattern, line: str) -> bool:
     # (a line the pattern runs out of time on does not show what the condition asks)
-    try:
-        return bounded_search(rx, line) is not None
-    except TimeoutError:
-        return False
+    return any(bounded_match(rx, line, timed_out=False) for line in lines)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,15 @@ def bounded_search(rx: regex.Pattern, text: str) -> regex.Match | None:
         raise
 
 
+def bounded_match(rx: regex.Pattern, text: str, *, timed_out: bool) -> bool:
+    """Whether `rx` matches `text` (`bounded_search`); `timed_out` is the answer for a line the
+    pattern ran out of time on (what the caller can afford to assume)."""
+    try:
+        return bounded_search(rx, text) is not None
+    except TimeoutError:
+        return timed_out
+
+
 class RuleError(ValueError):
     """A rule file is malformed; the message names file, rule id and pattern."""
 
