@@ -61,6 +61,8 @@ class ErrorEvent:
     leveled_warning: bool = False  # every line it matched carries a glog/c10 W or I severity (see rank.py)
     retried: bool = False  # every line it matched is followed by a client's retry notice
     teardown_alone: bool = False  # its rule's `teardown_alone` (see rank.py)
+    gives_up_after: frozenset[ErrorType] = frozenset()  # its rule's `gives_up_after` (see rank.py)
+    gave_up_on: bool = False  # a client gave up after this error (rank.py `mark_give_ups`)
 
 
 def _canonical(name: str | None) -> ErrorType | None:
@@ -126,7 +128,7 @@ def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
                 id="", error_type=etype, category=category, role=role, priority=priority,
                 rule_id=occ.rule.id, first_line=occ.line, count=0, text=occ.text,
                 action=spec.action, hint=spec.hint, first_rank=occ.rank, first_host=occ.host,
-                teardown_alone=spec.teardown_alone)
+                teardown_alone=spec.teardown_alone, gives_up_after=frozenset(spec.gives_up_after))
             if cls is not None:
                 ev.role, ev.priority, ev.rule_id, ev.hint, ev.action = cls.role, cls.priority, cls.rule_id, cls.hint, cls.action
                 ev.recovered, ev.chained = cls.recovered, cls.chained

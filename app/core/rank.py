@@ -214,6 +214,31 @@ def _guarded_skip(ev: ErrorEvent, last_output: int) -> bool:
             and last_output > ev.last_line)
 
 
+# how far from a client's giving-up message the error it gave up on is printed: before it, its
+# retries' warnings (huggingface_hub's `'(MaxRetryError(...))' thrown while requesting HEAD ...`,
+# then `Retrying in 1s`); after it, the traceback of the failed connection a server's summary line
+# (`!!! Exception during processing !!! We couldn't connect ...`) is printed above
+GIVE_UP_WINDOW = 30
+
+
+def mark_give_ups(events: list[ErrorEvent]) -> None:
+    """A client that gives up prints a message that reads the same whatever made it give up
+    (transformers' "We couldn't connect to 'https://huggingface.co' to load this file" in offline
+    mode, with nothing else in the log, and after its connection attempts failed): with an error of
+    a type its rule names (`gives_up_after`) printed within GIVE_UP_WINDOW lines, that error is
+    the cause (not recovered though the client retried it: the retries are what failed) and the
+    giving-up message is its wrapper."""
+    for g in events:
+        if not g.gives_up_after:
+            continue
+        near = [e for e in events if e is not g and e.error_type in g.gives_up_after
+                and abs(e.first_line - g.first_line) <= GIVE_UP_WINDOW]
+        if near:
+            g.role = Role.WRAPPER
+            for e in near:
+                e.gave_up_on = True
+
+
 def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
     before = survived_before(log)
     # (one pass over the templates, only when a retried error or a metric NaN needs it)
@@ -230,6 +255,8 @@ def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
             continue
         if ev.rule_id.startswith("metrics."):
             ev.recovered = ev.error_type is ErrorType.NaNLoss and _guarded_skip(ev, last_output)
+            continue
+        if ev.gave_up_on:  # the client's retries failed: it gave up (mark_give_ups)
             continue
         if ev.last_line < before or (ev.retried and not _retries_failed(ev, events, last_output)):
             ev.recovered = True
@@ -340,6 +367,7 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: froze
     which are not error-looking lines of a log with no failure."""
     if not events:
         return _no_events(log, harmless)
+    mark_give_ups(events)
     mark_recovered(events, log)
     mark_peer_consequences(events)
     if ablation.enabled("exceptions"):

@@ -62,6 +62,12 @@ class DiagnosisRuleSpec(_RuleBase):
     # its local connections when the processes exit): when every event of a log is such a one,
     # the log shows no failure (rank.py)
     teardown_alone: bool = False
+    # a client's giving-up message that reads the same whatever made it give up (transformers'
+    # "We couldn't connect to 'https://huggingface.co' to load this file" in offline mode and
+    # after a failed connection alike): an error of one of these types printed within
+    # GIVE_UP_WINDOW lines of it (its retries, the traceback under it) is what it gave up on, the
+    # cause; this message is then its wrapper (rank.py `mark_give_ups`). Alone, it stands.
+    gives_up_after: list[ErrorType] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)

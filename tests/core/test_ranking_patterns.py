@@ -303,3 +303,35 @@ def test_a_client_that_never_reaches_its_server_fails_on_it(pipe):
     assert (d.root_cause.error_type, d.action.kind) == ("ConnectionError", "no_retry"), d.root_cause
     d = run(pipe, "\n".join([*waiting, "INFO - trl.extras.vllm_client - Server is up.", *hf_steps(30)]) + "\n")
     assert d.root_cause.error_type == "Unknown", d.root_cause
+
+
+def test_a_clients_giving_up_message_carries_the_connection_failure_it_gave_up_on(pipe):
+    """transformers prints "We couldn't connect to 'https://huggingface.co' to load this file"
+    in offline mode and after its connection attempts failed alike: alone it is the job's set-up
+    (ModelLoadingError, no_retry); with the failed connection beside it (the hub client's retries,
+    the traceback printed under it) the connection is the cause, retried though it was."""
+    give_up = ("OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the "
+               "cached files and it looks like bert-base-uncased is not the path to a directory containing a file "
+               "named config.json.")
+    d = run(pipe, "Loading model\n" + give_up + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("ModelLoadingError", "no_retry"), d.root_cause
+    retried = ("'(MaxRetryError(\"HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded with url: "
+               "/bert-base-uncased/resolve/main/config.json (Caused by ConnectTimeoutError(<urllib3.connection."
+               "HTTPSConnection object at 0x7f>, 'Connection to huggingface.co timed out. (connect timeout=10)'))\"), "
+               "'(Request ID: 1)')' thrown while requesting HEAD https://huggingface.co/bert-base-uncased/resolve/main/config.json")
+    lines = ["Loading model", retried, "Retrying in 1s [Retry 1/5].", retried, "Retrying in 2s [Retry 2/5].", give_up]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("ConnectionError", "retry"), d.root_cause
+    assert [(c.error_type, c.role) for c in d.co_occurring] == [("ModelLoadingError", "wrapper")]
+    # a connection error far from the message (a wandb upload an hour earlier) is not what it gave up on
+    far = [retried, "Retrying in 1s [Retry 1/5].", *hf_steps(60), give_up]
+    assert run(pipe, "\n".join(far) + "\n").root_cause.error_type == "ModelLoadingError"
+
+
+def test_datasets_unreachable_hub_is_a_connection_error_unless_offline_mode_says_otherwise(pipe):
+    # datasets raises ConnectionError("Couldn't reach '{path}' on the Hub ({class})"); the class
+    # OfflineModeIsEnabled says the job itself turned the network off
+    d = run(pipe, "ConnectionError: Couldn't reach 'tatsu-lab/alpaca' on the Hub (ConnectTimeout)\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("ConnectionError", "retry"), d.root_cause
+    d = run(pipe, "ConnectionError: Couldn't reach 'allenai/social_i_qa' on the Hub (OfflineModeIsEnabled)\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("DatasetLoadingError", "no_retry"), d.root_cause
