@@ -482,3 +482,29 @@ def test_a_oneccl_transport_that_found_no_provider_is_the_network_set_up_not_the
     # its warning that the providers with device-memory support are missing is no failure
     warn = "2025:05:23-19:04:20:(168955) |CCL_WARN| atl_ofi.cpp:161 init: can not open network providers with hmem support\n"
     assert _diagnose(warn).root_cause.error_type == ErrorType.Unknown
+
+
+NIC_ATTRIBUTE_MISSING = """\
+worker-0:441:441 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.5<0>
+worker-0:441:502 [0] graph/xml.h:101 NCCL WARN Attribute busid of node nic not found
+worker-0:441:502 [0] NCCL INFO graph/topo.cc:585 -> 3
+worker-0:441:502 [0] NCCL INFO init.cc:1012 -> 3
+Traceback (most recent call last):
+  File "train.py", line 40, in <module>
+    dist.all_reduce(t)
+torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, internal error - please report this issue to the NCCL developers, NCCL version 2.21.5
+ncclInternalError: Internal check failed.
+Last error:
+Attribute busid of node nic not found
+"""
+
+
+def test_a_nic_the_topology_cannot_place_is_the_hosts_network_set_up(ablate):
+    # NCCL's topology XML without a NIC's bus id (a virtual NIC in a VM or container): the
+    # internal error that carries it is its wrapper; a CPU node's missing field is no NIC's
+    d = _diagnose(NIC_ATTRIBUTE_MISSING)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NetworkError, ActionKind.NO_RETRY)
+    assert d.root_cause.rule_id == "nccl-cat-topology-nic-attribute"
+    assert _ablated(NIC_ATTRIBUTE_MISSING, ablate).root_cause.rule_id != "nccl-cat-topology-nic-attribute"
+    cpu = NIC_ATTRIBUTE_MISSING.replace("busid of node nic", "arch of node cpu")
+    assert _diagnose(cpu).root_cause.rule_id != "nccl-cat-topology-nic-attribute"
