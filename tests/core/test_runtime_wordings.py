@@ -1,5 +1,6 @@
 """The same fault in another emitter's words: a SIGBUS as gdb reports it, NCCL's error through
-CuPy's binding (Ray's collective library), a CUDA OOM from vLLM's cumem allocator."""
+CuPy's binding (Ray's collective library), a CUDA OOM from vLLM's cumem allocator, a
+stall as a serving engine's own watchdog reports it before it kills the server."""
 
 from __future__ import annotations
 
@@ -62,3 +63,14 @@ def test_vllms_cumem_allocator_running_out_is_gpu_memory(pipe):
             "/workspace/csrc/cumem_allocator.cpp:62\n")
     d = _diagnose(pipe, text)
     assert (d.root_cause.error_type, d.action.kind) == (ErrorType.OutOfMemoryError, ActionKind.NO_RETRY)
+
+
+def test_a_serving_schedulers_own_watchdog_kill_is_a_stall_not_the_oom_killer(pipe):
+    # SGLang's scheduler watchdog kills the server after a forward batch stalled; the shell's
+    # `Killed` is that kill. Without the watchdog's line, a bare `Killed` stays the OOM killer's.
+    lines = [f"[2025-03-09 00:57:15 TP{i}] Watchdog timeout (self.watchdog_timeout=300)" for i in range(8)]
+    d = _diagnose(pipe, "\n".join([*lines, "", "Killed"]) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.Hang, ActionKind.INVESTIGATE)
+    assert d.root_cause.rule_id == "sglang-scheduler-watchdog"
+    assert _diagnose(pipe, "[2025-03-09 00:50:00 TP0] Decode batch. #running-req: 3\nKilled\n").root_cause.error_type \
+        == ErrorType.HostOOMKilled
