@@ -1,6 +1,7 @@
 """The same fault in another emitter's words: a SIGBUS as gdb reports it, NCCL's error through
 CuPy's binding (Ray's collective library), a CUDA OOM from vLLM's cumem allocator, a
-stall as a serving engine's own watchdog reports it before it kills the server."""
+stall as a serving engine's own watchdog reports it before it kills the server, a
+Gloo collective timeout."""
 
 from __future__ import annotations
 
@@ -74,3 +75,13 @@ def test_a_serving_schedulers_own_watchdog_kill_is_a_stall_not_the_oom_killer(pi
     assert d.root_cause.rule_id == "sglang-scheduler-watchdog"
     assert _diagnose(pipe, "[2025-03-09 00:50:00 TP0] Decode batch. #running-req: 3\nKilled\n").root_cause.error_type \
         == ErrorType.HostOOMKilled
+
+
+def test_a_gloo_collective_that_waited_out_its_deadline_is_a_collective_timeout(pipe):
+    # Gloo's unbound buffer gave up waiting for a peer's data (NCCL's watchdog timeout, in Gloo's
+    # words); a peer that closed its connection is the network symptom it was
+    timeout = ("[rank2]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+               "Timed out waiting 1800000ms for recv operation to complete\n")
+    assert _diagnose(pipe, timeout).root_cause.error_type == ErrorType.NCCLTimeoutError
+    closed = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.2]:6323\n"
+    assert _diagnose(pipe, closed).root_cause.error_type == ErrorType.NetworkError
