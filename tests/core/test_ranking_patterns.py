@@ -335,3 +335,18 @@ def test_datasets_unreachable_hub_is_a_connection_error_unless_offline_mode_says
     assert (d.root_cause.error_type, d.action.kind) == ("ConnectionError", "retry"), d.root_cause
     d = run(pipe, "ConnectionError: Couldn't reach 'allenai/social_i_qa' on the Hub (OfflineModeIsEnabled)\n")
     assert (d.root_cause.error_type, d.action.kind) == ("DatasetLoadingError", "no_retry"), d.root_cause
+
+
+def test_a_daemon_the_launcher_never_reached_over_ssh_is_the_ssh_failure(pipe):
+    # mpirun's "lost communication with a remote daemon" reads the same when the daemon's node
+    # died and when ssh never started it (an address the poster replaced, as posted logs do)
+    lost = ["--------------------------------------------------------------------------",
+            "PRTE has lost communication with a remote daemon.", "",
+            "  HNP daemon   : [prterun-master-0-34@0,0] on node master-0",
+            "  Remote daemon: [prterun-master-0-34@0,1] on node (worker_ip)", "",
+            "This is usually due to either a failure of the TCP network"]
+    d = run(pipe, "\n".join(["mpirun -np 16 -N 8 -H hostfile ./all_reduce_perf",
+                             "ssh: connect to host (worker_ip) port 22: Connection refused", *lost]) + "\n")
+    assert d.root_cause.error_type == "NetworkError", d.root_cause
+    assert d.action.kind != "isolate_and_restart"
+    assert run(pipe, "\n".join(lost) + "\n").root_cause.error_type == "NodeFailure"
