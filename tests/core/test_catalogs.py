@@ -508,3 +508,19 @@ def test_a_nic_the_topology_cannot_place_is_the_hosts_network_set_up(ablate):
     assert _ablated(NIC_ATTRIBUTE_MISSING, ablate).root_cause.rule_id != "nccl-cat-topology-nic-attribute"
     cpu = NIC_ATTRIBUTE_MISSING.replace("busid of node nic", "arch of node cpu")
     assert _diagnose(cpu).root_cause.rule_id != "nccl-cat-topology-nic-attribute"
+
+
+UCX_CQ_REFUSED = """\
+[1732873720.102385] [<hostname>:889102:0]        ib_iface.c:1138 UCX  ERROR ibv_create_cq(cqe=256) failed: Connection timed out
+Abort(675407631) on node 0: Fatal error in internal_Init: Other MPI error, error stack:
+internal_Init(48301)..........: MPI_Init(argc=(nil), argv=(nil)) failed
+MPIDI_UCX_init_world(260).....:
+init_worker(38)...............:  ucx function returned with failed status(ucx_init.c 38 init_worker Input/output error)
+"""
+
+
+def test_an_hca_that_refused_a_completion_queue_is_the_network_not_the_io_error_status_it_returns(ablate):
+    # UCX returns UCS_ERR_IO_ERROR, whose string "Input/output error" the MPI library prints
+    d = _diagnose(UCX_CQ_REFUSED)
+    assert (d.root_cause.error_type, d.root_cause.rule_id) == (ErrorType.NetworkError, "ucx-ib-resource-create-failed")
+    assert _ablated(UCX_CQ_REFUSED, ablate).root_cause.error_type == ErrorType.StorageError
