@@ -1,7 +1,7 @@
 """The same fault in another emitter's words: a SIGBUS as gdb reports it, NCCL's error through
 CuPy's binding (Ray's collective library), a CUDA OOM from vLLM's cumem allocator, a
 stall as a serving engine's own watchdog reports it before it kills the server, a
-Gloo collective timeout."""
+Gloo collective timeout, a CUDA error in NCCL's NVLS set-up that is no fabric's refusal."""
 
 from __future__ import annotations
 
@@ -85,3 +85,14 @@ def test_a_gloo_collective_that_waited_out_its_deadline_is_a_collective_timeout(
     assert _diagnose(pipe, timeout).root_cause.error_type == ErrorType.NCCLTimeoutError
     closed = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.2]:6323\n"
     assert _diagnose(pipe, closed).root_cause.error_type == ErrorType.NetworkError
+
+
+def test_nvls_multicast_refused_is_the_fabric_and_another_cuda_error_there_is_cuda(pipe):
+    # NCCL's NVLink SHARP set-up: the multicast calls refused (invalid argument) point at the
+    # node's NVSwitch fabric; CUDA itself failing to initialise there is the process's CUDA
+    refused = "node2:242431:242479 [5] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid argument'\n"
+    d = _diagnose(pipe, refused)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NVLinkError, ActionKind.ISOLATE_AND_RESTART)
+    init = "node155:3054646:3054695 [1] transport/nvls.cc:246 NCCL WARN Cuda failure 3 'initialization error'\n"
+    d = _diagnose(pipe, init)
+    assert d.root_cause.error_type == ErrorType.CUDAError and d.action.kind != ActionKind.ISOLATE_AND_RESTART
