@@ -1,7 +1,7 @@
 """The same fault in another emitter's words: a SIGBUS as gdb reports it, NCCL's error through
 CuPy's binding (Ray's collective library), a CUDA OOM from vLLM's cumem allocator, a
-stall as a serving engine's own watchdog reports it before it kills the server, a
-Gloo collective timeout, a CUDA error in NCCL's NVLS set-up that is no fabric's refusal."""
+stall as a serving engine's own watchdog (or its executor's step timeout) reports it, a Gloo
+collective timeout, a CUDA error in NCCL's NVLS set-up that is no fabric's refusal."""
 
 from __future__ import annotations
 
@@ -96,3 +96,14 @@ def test_nvls_multicast_refused_is_the_fabric_and_another_cuda_error_there_is_cu
     init = "node155:3054646:3054695 [1] transport/nvls.cc:246 NCCL WARN Cuda failure 3 'initialization error'\n"
     d = _diagnose(pipe, init)
     assert d.root_cause.error_type == ErrorType.CUDAError and d.action.kind != ActionKind.ISOLATE_AND_RESTART
+
+
+def test_a_serving_executor_that_waited_out_its_workers_is_a_stall(pipe):
+    # vLLM's executor waited VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS for a worker's step; a worker's
+    # own crash report beside it is the cause instead
+    lines = ["(EngineCore_DP0 pid=4021) ERROR 09:14:37 [core.py:710] EngineCore encountered a fatal error.",
+             "(EngineCore_DP0 pid=4021) TimeoutError: RPC call to sample_tokens timed out."]
+    d = _diagnose(pipe, "\n".join(lines) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.Hang, ActionKind.INVESTIGATE)
+    crashed = ["(VllmWorker TP1 pid=4100) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", *lines]
+    assert _diagnose(pipe, "\n".join(crashed) + "\n").root_cause.error_type == ErrorType.OutOfMemoryError
