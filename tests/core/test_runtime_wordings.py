@@ -107,3 +107,18 @@ def test_a_serving_executor_that_waited_out_its_workers_is_a_stall(pipe):
     assert (d.root_cause.error_type, d.action.kind) == (ErrorType.Hang, ActionKind.INVESTIGATE)
     crashed = ["(VllmWorker TP1 pid=4100) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", *lines]
     assert _diagnose(pipe, "\n".join(crashed) + "\n").root_cause.error_type == ErrorType.OutOfMemoryError
+
+
+@pytest.mark.parametrize(("line", "etype"), [
+    # a Gaudi card's memory (the PyTorch bridge's workspace) and MindSpore's device allocator
+    ("RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::14493510400 failed!",
+     ErrorType.OutOfMemoryError),
+    ("RuntimeError: Malloc for kernel output failed, Memory isn't enough, node:Default/Cast-op446",
+     ErrorType.OutOfMemoryError),
+    # the DataLoader's process out of file descriptors
+    ("RuntimeError: Too many open files. Communication with the workers is no longer possible. Please increase the "
+     "limit using `ulimit -n` in the shell", ErrorType.OSError),
+])
+def test_resource_exhaustion_in_a_runtimes_own_words_is_that_resource(pipe, line, etype):
+    d = _diagnose(pipe, line + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == (etype, ActionKind.NO_RETRY)
