@@ -1,7 +1,8 @@
 """The same fault in another emitter's words: a SIGBUS as gdb reports it, NCCL's error through
 CuPy's binding (Ray's collective library), a CUDA OOM from vLLM's cumem allocator, a
 stall as a serving engine's own watchdog (or its executor's step timeout) reports it, a Gloo
-collective timeout, a CUDA error in NCCL's NVLS set-up that is no fabric's refusal."""
+collective timeout, a CUDA error in NCCL's NVLS set-up that is no fabric's refusal, device memory
+and file descriptors exhausted in other runtimes' words, a Xet download by the cause it wraps."""
 
 from __future__ import annotations
 
@@ -122,3 +123,14 @@ def test_a_serving_executor_that_waited_out_its_workers_is_a_stall(pipe):
 def test_resource_exhaustion_in_a_runtimes_own_words_is_that_resource(pipe, line, etype):
     d = _diagnose(pipe, line + "\n")
     assert (d.root_cause.error_type, d.action.kind) == (etype, ActionKind.NO_RETRY)
+
+
+def test_a_xet_download_is_read_by_the_cause_it_wraps(pipe):
+    # hf_xet wraps every transfer failure as "CAS service error : <cause>": requests that failed
+    # after the client's retries are the service (retry); a full disk is the disk (no_retry)
+    net = "RuntimeError: Data processing error: CAS service error : ReqwestMiddleware Error: Request failed after 5 retries\n"
+    d = _diagnose(pipe, net)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.ConnectionError, ActionKind.RETRY)
+    disk = "RuntimeError: Data processing error: CAS service error : IO Error: No space left on device (os error 28)\n"
+    d = _diagnose(pipe, disk)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.OSError, ActionKind.NO_RETRY)
