@@ -328,13 +328,15 @@ def test_a_clients_giving_up_message_carries_the_connection_failure_it_gave_up_o
     assert run(pipe, "\n".join(far) + "\n").root_cause.error_type == "ModelLoadingError"
 
 
-def test_datasets_unreachable_hub_is_a_connection_error_unless_offline_mode_says_otherwise(pipe):
-    # datasets raises ConnectionError("Couldn't reach '{path}' on the Hub ({class})"); the class
-    # OfflineModeIsEnabled says the job itself turned the network off
+def test_datasets_unreachable_hub_is_read_by_the_class_it_names(pipe):
+    # datasets raises ConnectionError("Couldn't reach '{path}' on the Hub ({class})"): a request's
+    # timeout or connection error is the Hub or the way to it; offline mode, and an older
+    # release's LocalEntryNotFoundError (offline mode or a failed request alike), the set-up
     d = run(pipe, "ConnectionError: Couldn't reach 'tatsu-lab/alpaca' on the Hub (ConnectTimeout)\n")
     assert (d.root_cause.error_type, d.action.kind) == ("ConnectionError", "retry"), d.root_cause
-    d = run(pipe, "ConnectionError: Couldn't reach 'allenai/social_i_qa' on the Hub (OfflineModeIsEnabled)\n")
-    assert (d.root_cause.error_type, d.action.kind) == ("DatasetLoadingError", "no_retry"), d.root_cause
+    for cls in ("OfflineModeIsEnabled", "LocalEntryNotFoundError"):
+        d = run(pipe, f"ConnectionError: Couldn't reach 'allenai/social_i_qa' on the Hub ({cls})\n")
+        assert (d.root_cause.error_type, d.action.kind) == ("DatasetLoadingError", "no_retry"), d.root_cause
 
 
 def test_a_daemon_the_launcher_never_reached_over_ssh_is_the_ssh_failure(pipe):
