@@ -88,17 +88,6 @@ def test_a_gloo_collective_that_waited_out_its_deadline_is_a_collective_timeout(
     assert _diagnose(pipe, closed).root_cause.error_type == ErrorType.NetworkError
 
 
-def test_nvls_multicast_refused_is_the_fabric_and_another_cuda_error_there_is_cuda(pipe):
-    # NCCL's NVLink SHARP set-up: the multicast calls refused (invalid argument) point at the
-    # node's NVSwitch fabric; CUDA itself failing to initialise there is the process's CUDA
-    refused = "node2:242431:242479 [5] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid argument'\n"
-    d = _diagnose(pipe, refused)
-    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NVLinkError, ActionKind.ISOLATE_AND_RESTART)
-    init = "node155:3054646:3054695 [1] transport/nvls.cc:246 NCCL WARN Cuda failure 3 'initialization error'\n"
-    d = _diagnose(pipe, init)
-    assert d.root_cause.error_type == ErrorType.CUDAError and d.action.kind != ActionKind.ISOLATE_AND_RESTART
-
-
 def test_a_serving_executor_that_waited_out_its_workers_is_a_stall(pipe):
     # vLLM's executor waited VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS for a worker's step; a worker's
     # own crash report beside it is the cause instead
@@ -125,12 +114,20 @@ def test_resource_exhaustion_in_a_runtimes_own_words_is_that_resource(pipe, line
     assert (d.root_cause.error_type, d.action.kind) == (etype, ActionKind.NO_RETRY)
 
 
-def test_a_xet_download_is_read_by_the_cause_it_wraps(pipe):
+@pytest.mark.parametrize(("line", "etype", "action"), [
+    # NCCL's NVLink SHARP set-up: the multicast calls refused (invalid argument) point at the
+    # node's NVSwitch fabric; CUDA itself failing to initialise there is the process's CUDA
+    ("node2:242431:242479 [5] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid argument'",
+     ErrorType.NVLinkError, ActionKind.ISOLATE_AND_RESTART),
+    ("node155:3054646:3054695 [1] transport/nvls.cc:246 NCCL WARN Cuda failure 3 'initialization error'",
+     ErrorType.CUDAError, ActionKind.NO_RETRY),
     # hf_xet wraps every transfer failure as "CAS service error : <cause>": requests that failed
-    # after the client's retries are the service (retry); a full disk is the disk (no_retry)
-    net = "RuntimeError: Data processing error: CAS service error : ReqwestMiddleware Error: Request failed after 5 retries\n"
-    d = _diagnose(pipe, net)
-    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.ConnectionError, ActionKind.RETRY)
-    disk = "RuntimeError: Data processing error: CAS service error : IO Error: No space left on device (os error 28)\n"
-    d = _diagnose(pipe, disk)
-    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.OSError, ActionKind.NO_RETRY)
+    # after the client's retries are the service; a full disk is the disk
+    ("RuntimeError: Data processing error: CAS service error : ReqwestMiddleware Error: Request failed after 5 retries",
+     ErrorType.ConnectionError, ActionKind.RETRY),
+    ("RuntimeError: Data processing error: CAS service error : IO Error: No space left on device (os error 28)",
+     ErrorType.OSError, ActionKind.NO_RETRY),
+])
+def test_a_wrapping_message_is_read_by_the_cause_it_names(pipe, line, etype, action):
+    d = _diagnose(pipe, line + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == (etype, action)
