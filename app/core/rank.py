@@ -256,9 +256,10 @@ def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
         if ev.rule_id.startswith("metrics."):
             ev.recovered = ev.error_type is ErrorType.NaNLoss and _guarded_skip(ev, last_output)
             continue
-        if ev.gave_up_on:  # the client's retries failed: it gave up (mark_give_ups)
-            continue
-        if ev.last_line < before or (ev.retried and not _retries_failed(ev, events, last_output)):
+        # (a client that gave up on it says its retries failed, mark_give_ups; training that went
+        # on after both still makes it recovered)
+        if ev.last_line < before or (ev.retried and not ev.gave_up_on
+                                     and not _retries_failed(ev, events, last_output)):
             ev.recovered = True
 
 

@@ -326,6 +326,10 @@ def test_a_clients_giving_up_message_carries_the_connection_failure_it_gave_up_o
     # a connection error far from the message (a wandb upload an hour earlier) is not what it gave up on
     far = [retried, "Retrying in 1s [Retry 1/5].", *hf_steps(60), give_up]
     assert run(pipe, "\n".join(far) + "\n").root_cause.error_type == "ModelLoadingError"
+    # a give-up the job went on from (a tokenizer loaded from elsewhere) is no failure of the run
+    # that later stalled: training after both makes them recovered
+    went_on = [*lines, *hf_steps(60), TIMEOUT.format(r=0)]
+    assert run(pipe, "\n".join(went_on) + "\n").root_cause.error_type == "NCCLTimeoutError"
 
 
 def test_datasets_unreachable_hub_is_read_by_the_class_it_names(pipe):
