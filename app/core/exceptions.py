@@ -615,9 +615,16 @@ class ExceptionView:
             if not r.teardown and (done is None or r.line < done) and interrupted_while_waiting(r):
                 self.matches[r.line] = INTERRUPTED_WHILE_WAITING
         self.harmless: dict[int, str] = {}
+        # the tracebacks the interpreter printed and ignored: frames with no header of their own
+        # that end in the same exception after one of them (two ignored tracebacks interleaved, the
+        # second's notice and header went to the first) are the same teardown
+        ignored = {r.key: (r.line, r.teardown) for r in reversed(self.records) if r.teardown}
         for r in self.records:
             if r.teardown:
                 self.harmless[r.line] = f"teardown ({r.teardown})"
+            elif r.key in ignored and r.in_traceback and r.start == r.line and ignored[r.key][0] < r.line \
+                    and not r.launcher and r.chain is None:
+                self.harmless[r.line] = f"teardown ({ignored[r.key][1]}, the same exception printed above)"
             elif r.handled:
                 self.harmless[r.line] = "handled (its logger says it retries, skips or falls back)"
             elif done is not None and r.line > done and r.thread:
