@@ -63,6 +63,7 @@ class ErrorEvent:
     teardown_alone: bool = False  # its rule's `teardown_alone` (see rank.py)
     gives_up_after: frozenset[ErrorType] = frozenset()  # its rule's `gives_up_after` (see rank.py)
     gave_up_on: bool = False  # a client gave up after this error (rank.py `mark_give_ups`)
+    last_resort: bool = False  # its rule's `last_resort` (see rank.py `by_vocabulary`)
 
 
 def _canonical(name: str | None) -> ErrorType | None:
@@ -128,9 +129,11 @@ def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
                 id="", error_type=etype, category=category, role=role, priority=priority,
                 rule_id=occ.rule.id, first_line=occ.line, count=0, text=occ.text,
                 action=spec.action, hint=spec.hint, first_rank=occ.rank, first_host=occ.host,
-                teardown_alone=spec.teardown_alone, gives_up_after=frozenset(spec.gives_up_after))
+                teardown_alone=spec.teardown_alone, gives_up_after=frozenset(spec.gives_up_after),
+                last_resort=spec.last_resort)
             if cls is not None:
                 ev.role, ev.priority, ev.rule_id, ev.hint, ev.action = cls.role, cls.priority, cls.rule_id, cls.hint, cls.action
+                ev.last_resort = False
                 ev.recovered, ev.chained = cls.recovered, cls.chained
             by_key[key] = ev
         ev.count += 1

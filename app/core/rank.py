@@ -47,7 +47,8 @@ class Ranking:
     co_occurring: list[CoOccurring]
     only_symptoms: bool
     # the log shows a failure no rule typed (error-looking lines, an untyped error event, a
-    # launcher's summary alone): the subsystem vocabulary may name its family
+    # launcher's summary alone) or only a rule's reading of last resort: the subsystem vocabulary
+    # may name its family
     untyped: bool = False
 
 
@@ -417,21 +418,22 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: froze
         gpu=next(iter(sorted(root.gpus)), None), xid=next(iter(sorted(root.xids)), None),
         onset_step=root.onset_step, last_good_step=root.last_good_step)
     return Ranking(rc, root, co, only_symptoms=role is Role.SYMPTOM,
-                   untyped=root.error_type is ErrorType.Unknown and role is not Role.SYMPTOM)
+                   untyped=(root.error_type is ErrorType.Unknown or root.last_resort) and role is not Role.SYMPTOM)
 
 
 def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog, vocabulary,
                   harmless: frozenset[int] = frozenset()) -> Ranking:
-    """A failure no rule typed, named by the subsystem vocabulary (app/core/subsystems.py): its
-    error-looking lines the job did not survive and the lines of its untyped error events (not
-    an untyped symptom's: an NCCL warning no rule knows), read for a subsystem and a failure. The
-    ranking unchanged when none names one."""
+    """A failure no rule typed (or typed only by a rule of last resort), named by the subsystem
+    vocabulary (app/core/subsystems.py): its error-looking lines the job did not survive and the
+    lines of its untyped (or last-resort) error events (not an untyped symptom's: an NCCL warning
+    no rule knows), read for a subsystem and a failure. The ranking unchanged when none names one."""
     if not ranking.untyped:
         return ranking
     before = survived_before(log)
     lines = [(ln, t) for ln, t in log.flagged_lines if ln >= before and ln not in harmless]
     for ev in events:
-        if ev.error_type is ErrorType.Unknown and not ev.recovered and effective_role(ev) is not Role.SYMPTOM:
+        if (ev.error_type is ErrorType.Unknown or ev.last_resort) and not ev.recovered \
+                and effective_role(ev) is not Role.SYMPTOM:
             lines += [(o.line, o.text) for o in ev.occurrences if o.line not in harmless]
     typed = vocabulary.type_lines(lines, kept_lines_by_number(log))
     if typed is None:

@@ -68,6 +68,11 @@ class DiagnosisRuleSpec(_RuleBase):
     # GIVE_UP_WINDOW lines of it (its retries, the traceback under it) is what it gave up on, the
     # cause; this message is then its wrapper (rank.py `mark_give_ups`). Alone, it stands.
     gives_up_after: list[ErrorType] = field(default_factory=list)
+    # a reading of last resort (a native CHECK that failed: the message names the invariant, not
+    # the subsystem it guards): when it is the root cause, the subsystem vocabulary is asked
+    # first, as for an untyped failure, and this reading stands only when the vocabulary names
+    # nothing (rank.py `by_vocabulary`)
+    last_resort: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
