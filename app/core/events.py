@@ -194,10 +194,15 @@ GLOG_NOT_ERROR = regexcache.compile(_GLOG_LEVEL.format(L="[IW]"))
 # TF 2: `op_kernel.cc:1745] OP_REQUIRES failed at ...`) and then raises it as the Python
 # exception: that W line is the op failing, not a warning the job went on from. Its Coordinator
 # logs the exception that stops the training at I (`I0722 ... coordinator.py:224] Error reported
-# to Coordinator: <class '...UnknownError'>, ...; Input/output error`).
+# to Coordinator: <class '...UnknownError'>, ...; Input/output error`). c10d's TCP store logs
+# each address it could not bind at W (socket.cpp SocketListenOp: `The server socket has failed to
+# bind to [::]:29500 (errno: 98 - Address already in use).`) and then fails the listen at E and
+# raises, unless the elastic rendezvous falls back to a client (its launch goes on to training):
+# a log that ends on those lines ended in that failure.
 GLOG_ERROR = regexcache.compile(
     _GLOG_LEVEL.format(L="[EF]")
-    + r"|[/\\]framework[/\\]op_kernel\.cc:\d+\]|\bOP_REQUIRES failed at\b|\bError reported to Coordinator: ")
+    + r"|[/\\]framework[/\\]op_kernel\.cc:\d+\]|\bOP_REQUIRES failed at\b|\bError reported to Coordinator: "
+    r"|\[c10d\] The server socket has failed to (?:bind to|listen on) \S+ \(errno: 98 - ")
 
 
 def glog_not_error(text: str) -> bool:

@@ -37,6 +37,7 @@ from app.core.types import (
 
 _ROLE_ORDER = {Role.CAUSE: 2, Role.WRAPPER: 1, Role.SYMPTOM: 0}
 GENERIC_PRIORITY = 50
+WEAK_PRIORITY = 25  # a rule at or under it reads a weak cause: any other error of the run outranks it
 MAX_EVIDENCE = 5
 
 
@@ -127,7 +128,11 @@ def mark_peer_consequences(events: list[ErrorEvent]) -> None:
     (isolate_and_restart, e.g. an IB port error on this node) or a set-up error no peer's death
     causes (no_retry: no usable interface, an RDMA registration refused; NCCL prints it under
     `Last error:` of the generic error it explains)."""
+    # (a line its emitter printed at warning level is not a process that died, nor a weak cause,
+    # a reading any later error of the run outranks: c10d's port already taken, after which the
+    # elastic agent may go on as a client)
     fatal = [e for e in events if effective_role(e) is Role.CAUSE and e.error_type not in _PEER_VISIBLE
+             and not e.leveled_warning and not e.warning and e.priority > WEAK_PRIORITY
              and (e.error_type in _PROCESS_FATAL or e.category in (Category.FRAMEWORK, Category.SCRIPT))]
     for ev in events:
         if ev.error_type not in _PEER_VISIBLE or effective_role(ev) is not Role.CAUSE \
