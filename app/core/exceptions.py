@@ -42,9 +42,12 @@ from app.core.types import ActionKind, Category, ErrorType, Role, default_catego
 
 # launcher prefixes, repeatable (`10.0.0.1: [rank3]: `): host label, srun task id, torchrun tags,
 # mpirun --tag-output, Ray's relay prefix, an ISO timestamp from a log collector, the markdown a
-# thread wraps a pasted log in (`> `, `**`, a backtick)
+# thread wraps a pasted log in (`> `, `**`, a backtick), and the name and level a Python logging
+# formatter puts after the time when a program re-logs its children's stderr line by line
+# (`2025-10-31 03:11:02,478 - trainer - ERROR - `, the logging cookbook's format)
 _PREFIX_RE = regexcache.compile(
     r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s?(?:\|\s?)?"
+    r"|-\s[\w.-]+\s-\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s-\s"
     r"|\[(?:rank|Rank|RANK)\s?\d+\]:\s?|\[default\d+\]:\s?|\[\d+,\d+\]<std(?:out|err|diag)>:\s?"
     r"|\((?:[\w.-]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s"
     r"|(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z][a-z0-9_-]*\d[a-z0-9_.-]*|[a-z][a-z0-9_]*-[a-z0-9_.-]+|\d{1,5}):\s"

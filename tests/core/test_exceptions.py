@@ -53,6 +53,13 @@ def diagnose(pipeline: Pipeline, text: str):
     # a qualified class name is not a host label
     ("urllib3.exceptions.MaxRetryError: HTTPSConnectionPool", "", "urllib3.exceptions.MaxRetryError: HTTPSConnectionPool"),
     ("boto3.exceptions.S3UploadFailedError: Failed", "", "boto3.exceptions.S3UploadFailedError: Failed"),
+    # a Python logging formatter's time, name and level before each re-logged stderr line
+    ("2025-10-31 03:11:02,478 - SimpleTuner - INFO - [rank0]:   File \"t.py\", line 3, in f",
+     "2025-10-31 03:11:02,478 - SimpleTuner - INFO - [rank0]:", "  File \"t.py\", line 3, in f"),
+    ("2024-05-01 10:00:01,002 - trainer - ERROR - KeyError: 'x'", "2024-05-01 10:00:01,002 - trainer - ERROR -",
+     "KeyError: 'x'"),
+    # (a dash inside a message is not a logger's segment)
+    ("ValueError: a - b - ERROR - c", "", "ValueError: a - b - ERROR - c"),
 ])
 def test_strip_prefix(line: str, prefix: str, body: str) -> None:
     assert strip_prefix(line) == (prefix, body)
@@ -344,6 +351,66 @@ OSError: [Errno 39] Directory not empty: '/tmp/pymp-7a7ja_j_'
 def test_teardown_exceptions_are_marked(text: str, why: str) -> None:
     (rec,) = records(text)
     assert rec.teardown == why
+
+
+# a program that re-logs its children's stderr line by line through a logging formatter
+RELOGGED_TRACEBACK = """
+2024-05-01 10:00:00,001 - trainer - INFO - step 10 loss 2.31
+2024-05-01 10:00:01,002 - trainer - ERROR - Traceback (most recent call last):
+2024-05-01 10:00:01,002 - trainer - ERROR -   File "/app/train.py", line 88, in <module>
+2024-05-01 10:00:01,002 - trainer - ERROR -     main()
+2024-05-01 10:00:01,002 - trainer - ERROR -   File "/usr/lib/python3.10/site-packages/botocore/client.py", line 960, in _make_api_call
+2024-05-01 10:00:01,002 - trainer - ERROR -     raise error_class(parsed_response, operation_name)
+2024-05-01 10:00:01,002 - trainer - ERROR - botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the PutObject operation
+"""
+
+
+def test_a_traceback_relogged_through_a_logging_formatter_is_parsed() -> None:
+    (rec,) = records(RELOGGED_TRACEBACK)
+    assert rec.in_traceback and rec.start == 2 and rec.line == 7
+    assert rec.qualname == "botocore.exceptions.ClientError"
+    assert [f.rsplit(":", 1)[1] for f in rec.frames] == ["<module>", "_make_api_call"]
+
+
+# two DataLoader workers' ignored `__del__` tracebacks printed at once: the second lost its
+# notice and header to the first, its frames and exception line come after the first's
+INTERLEAVED_IGNORED = """
+Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f4faf115ca0>
+Traceback (most recent call last):
+Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f4faf115ca0>
+  File "/usr/lib/python3.8/site-packages/torch/utils/data/dataloader.py", line 1324, in __del__
+Traceback (most recent call last):
+  File "/usr/lib/python3.8/site-packages/torch/utils/data/dataloader.py", line 1324, in __del__
+    self._shutdown_workers()
+  File "/usr/lib/python3.8/multiprocessing/process.py", line 160, in is_alive
+    assert self._parent_pid == os.getpid(), 'can only test a child process'
+AssertionError: can only test a child process
+    self._shutdown_workers()
+  File "/usr/lib/python3.8/multiprocessing/process.py", line 160, in is_alive
+    assert self._parent_pid == os.getpid(), 'can only test a child process'
+AssertionError: can only test a child process
+"""
+
+
+def test_an_orphan_copy_of_an_ignored_exception_is_teardown(pipeline: Pipeline) -> None:
+    d = diagnose(pipeline, "epoch 1 step 10 loss 0.5\n" + INTERLEAVED_IGNORED)
+    assert d.root_cause.error_type is ErrorType.Unknown
+
+
+def test_a_real_error_with_the_text_of_an_ignored_one_stays_the_failure(pipeline: Pipeline) -> None:
+    # (a sticky CUDA error the program raised, then printed again by an ignored `__dealloc__`)
+    text = """
+cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered
+Traceback (most recent call last):
+  File "cupy/cuda/function.pyx", line 1, in cupy.cuda.function.Module.__dealloc__
+  File "cupy_backends/cuda/api/driver.pyx", line 2, in cupy_backends.cuda.api.driver.moduleUnload
+cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered
+Exception ignored in: 'cupy.cuda.function.Module.__dealloc__'
+Traceback (most recent call last):
+  File "cupy_backends/cuda/api/driver.pyx", line 2, in cupy_backends.cuda.api.driver.moduleUnload
+cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered
+"""
+    assert diagnose(pipeline, text).root_cause.error_type is ErrorType.CUDAError
 
 
 def test_a_non_zero_exit_is_no_teardown() -> None:

@@ -150,6 +150,19 @@ def test_a_typed_failure_and_a_run_that_went_on_are_left_alone(pipe):
     assert d.root_cause.error_type == "Unknown"
 
 
+def test_a_rule_of_last_resort_yields_to_a_subsystem_the_log_names(pipe):
+    # a native CHECK that failed names an invariant: alone it is the library's internal error ...
+    check = "F0105 23:50:34.026692   34204 nccl_all_reduce_thunk.cc:175] Check failed: reduction_kind.has_value()\n"
+    d = run(pipe, "step 1 loss 2.3\n" + check)
+    assert (d.root_cause.error_type, d.action.kind.value) == ("RuntimeError", "no_retry")
+    assert d.root_cause.rule_id == "native-check-failed"
+    # ... but a line that names the subsystem that failed reads the failure (at the vocabulary's
+    # low confidence: investigate)
+    node = "E1203 10:00:00.000 77 agent.cc:12] node trn1-17 lost: no heartbeat for 120 s\n"
+    d = run(pipe, "step 1 loss 2.3\n" + node + check)
+    assert d.root_cause.rule_id == "subsystem.node" and d.action.kind.value == "investigate"
+
+
 def test_switched_off_the_line_stays_unknown():
     env = dict(os.environ, LOGDX_ABLATE="subsystems")
     import subprocess
