@@ -53,6 +53,12 @@ class Ranking:
     untyped: bool = False
 
 
+def _untyped(ev: ErrorEvent) -> bool:
+    """No rule typed the event, or only a rule of last resort did: the subsystem vocabulary may
+    read it (`by_vocabulary`)."""
+    return ev.error_type is ErrorType.Unknown or ev.last_resort
+
+
 def effective_role(ev: ErrorEvent) -> Role:
     if ev.peer_consequence or ev.aborted_by_exception:
         return Role.SYMPTOM
@@ -423,7 +429,7 @@ def rank_events(events: list[ErrorEvent], log: CompressedLog, *, harmless: froze
         gpu=next(iter(sorted(root.gpus)), None), xid=next(iter(sorted(root.xids)), None),
         onset_step=root.onset_step, last_good_step=root.last_good_step)
     return Ranking(rc, root, co, only_symptoms=role is Role.SYMPTOM,
-                   untyped=(root.error_type is ErrorType.Unknown or root.last_resort) and role is not Role.SYMPTOM)
+                   untyped=_untyped(root) and role is not Role.SYMPTOM)
 
 
 def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog, vocabulary,
@@ -437,8 +443,7 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
     before = survived_before(log)
     lines = [(ln, t) for ln, t in log.flagged_lines if ln >= before and ln not in harmless]
     for ev in events:
-        if (ev.error_type is ErrorType.Unknown or ev.last_resort) and not ev.recovered \
-                and effective_role(ev) is not Role.SYMPTOM:
+        if _untyped(ev) and not ev.recovered and effective_role(ev) is not Role.SYMPTOM:
             lines += [(o.line, o.text) for o in ev.occurrences if o.line not in harmless]
     typed = vocabulary.type_lines(lines, kept_lines_by_number(log))
     if typed is None:
