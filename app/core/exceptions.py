@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import regex
 
-from app.core import regexcache
+from app.core import ablation, regexcache
 from app.core.fields import fold_key
 from app.core.types import ActionKind, Category, ErrorType, Role, default_category
 
@@ -595,6 +595,9 @@ class OccClass:
 
 
 _GENERIC_SOURCE = "python.yaml"
+# what running out of memory or disk is typed as (the table's entries for a full disk's errno)
+_EXHAUSTION = {ErrorType.HostOOMKilled, ErrorType.OutOfMemoryError}
+_EXHAUSTION_ENTRIES = {"exc-os-disk-full"}
 
 
 class ExceptionView:
@@ -640,6 +643,18 @@ class ExceptionView:
         for o in log.occurrences:
             if o.line not in self.by_line and _SHUTDOWN_LINE_RE.search(o.text):
                 self.harmless[o.line] = "teardown (the process is shutting down)"
+        # the exceptions raised while handling (or because of) an exhausted resource: a writer
+        # that then fails to close its half-written file, a handler that re-raises it as its own
+        self.after_exhaustion: set[int] = set()
+        if ablation.enabled("exceptions"):
+            for r in self.records:
+                inner = r.chained_from
+                while inner is not None:
+                    m = self.matches[self.records[inner].line]
+                    if m.error_type in _EXHAUSTION or m.entry_id in _EXHAUSTION_ENTRIES:
+                        self.after_exhaustion.add(r.line)
+                        break
+                    inner = self.records[inner].chained_from
         self._covered: set[int] = set()
 
     def classify(self, occ, etype: ErrorType, category: Category) -> OccClass | None:
@@ -664,9 +679,15 @@ class ExceptionView:
             if rec.launcher and m.role is Role.CAUSE:
                 m = replace(m, error_type=ErrorType.ChildFailedError, category=Category.FRAMEWORK,
                             role=Role.SYMPTOM, entry_id="exc.launcher-reraise")
+            role = Role.SYMPTOM if m.role is Role.CAUSE and occ.line in self.after_exhaustion else m.role
             return OccClass(tag=m.entry_id + (":harmless" if harmless else ""), error_type=m.error_type,
-                            category=m.category, role=m.role, priority=m.priority, rule_id=m.entry_id,
+                            category=m.category, role=role, priority=m.priority, rule_id=m.entry_id,
                             hint=m.hint, action=m.action, recovered=harmless, chained=chained)
+        if not harmless and occ.line in self.after_exhaustion and spec.role is Role.CAUSE:
+            # (memory or disk ran out first; what failed while that was handled is its consequence)
+            return OccClass(tag="after-exhaustion", error_type=etype, category=category, role=Role.SYMPTOM,
+                            priority=occ.rule.priority, rule_id=occ.rule.id, hint=spec.hint, action=spec.action,
+                            recovered=False, chained=True)
         if not harmless:
             return None  # the rule's own reading stands (the compressor marks chained ones itself)
         return OccClass(tag="harmless", error_type=etype, category=category, role=spec.role, priority=occ.rule.priority,
@@ -692,7 +713,7 @@ class ExceptionView:
         from app.core.events import ErrorEvent
         from app.core.fields import extract_host, extract_rank
 
-        out: dict[tuple[str, bool], ErrorEvent] = {}
+        out: dict[tuple[str, bool, bool], ErrorEvent] = {}
         for rec in self.records:
             if rec.line in self._covered or not rec.in_traceback:
                 continue
@@ -700,12 +721,13 @@ class ExceptionView:
             if m is FALLBACK or not m.specific:
                 continue
             harmless = rec.line in self.harmless
-            key = (m.entry_id, harmless)
+            key = (m.entry_id, harmless, rec.line in self.after_exhaustion)
             ev = out.get(key)
             rank, host = extract_rank(rec.text), extract_host(rec.text)
             if ev is None:
+                role = Role.SYMPTOM if m.role is Role.CAUSE and rec.line in self.after_exhaustion else m.role
                 ev = out[key] = ErrorEvent(
-                    id="", error_type=m.error_type, category=m.category, role=m.role, priority=m.priority,
+                    id="", error_type=m.error_type, category=m.category, role=role, priority=m.priority,
                     rule_id=m.entry_id, first_line=rec.line, count=0, text=rec.text, action=m.action,
                     hint=m.hint, first_rank=rank, first_host=host, chained=rec.chain is not None,
                     recovered=harmless)

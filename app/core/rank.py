@@ -271,8 +271,26 @@ def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
         # (a client that gave up on it says its retries failed, mark_give_ups; training that went
         # on after both still makes it recovered)
         if ev.last_line < before or (ev.retried and not ev.gave_up_on
-                                     and not _retries_failed(ev, events, last_output)):
+                                     and not _retries_failed(ev, events, last_output)) \
+                or _tolerated(ev, log):
             ev.recovered = True
+
+
+# what more training does not cure: the stall itself, a loss that went bad
+_NOT_TOLERABLE = {ErrorType.Hang, ErrorType.NaNLoss, ErrorType.LossSpike}
+
+
+def _tolerated(ev: ErrorEvent, log: CompressedLog) -> bool:
+    """The same error came back with training progress between its occurrences (progress markers
+    on at least two different steps after its first line and before its last): the job lived
+    through it each time, so its last occurrence, also where the log ends on it, is no more the
+    failure than the earlier ones (a metrics service answering 500 between steps). An error that
+    recurs only once training stopped is not this."""
+    if ev.count < 2 or ev.error_type in _NOT_TOLERABLE or not ablation.enabled("timing"):
+        return False
+    between = [p for p in log.recent_progress if ev.first_line < p.line < ev.last_line]
+    steps = {p.step for p in between if p.step is not None}
+    return len(between) >= 2 and len(steps) >= 2
 
 
 def _retries_failed(ev: ErrorEvent, events: list[ErrorEvent], last_output: int) -> bool:

@@ -20,7 +20,8 @@ RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
 CATALOG_FILES = {"catalog_nccl.yaml", "catalog_cuda.yaml", "nodeloss.yaml", "objectstore.yaml", "sharedfs.yaml", "catalog_pip.yaml", "catalog_ssh.yaml",
                  "catalog_ucx.yaml", "catalog_ofi.yaml", "catalog_ascend.yaml", "catalog_rocm.yaml", "catalog_ompi.yaml",
                  "catalog_habana.yaml", "catalog_xpu.yaml", "catalog_neuron.yaml", "catalog_pyxis.yaml",
-                 "catalog_nccl_warn.yaml", "catalog_metal.yaml", "catalog_pslite.yaml", "catalog_oneccl.yaml"}
+                 "catalog_nccl_warn.yaml", "catalog_metal.yaml", "catalog_pslite.yaml", "catalog_oneccl.yaml",
+                 "catalog_windows.yaml"}
 
 CATALOG_DIAG = """\
 kind: diagnosis

@@ -835,3 +835,41 @@ ray.exceptions.RayTaskError(OutOfMemoryError): ray::DTensorPolicyWorker.get_logp
     # the same `Class(Inner): text` form without Ray's `ray::` task name is no caption
     (other,) = records("mylib.TaskError(KeyError): failed to run f\n")
     assert not other.in_traceback
+
+
+# ---- an exhausted resource in a chain -----------------------------------------------------------
+
+MEMORY_THEN_WRITER = """
+Traceback (most recent call last):
+  File "torch/serialization.py", line 379, in save
+    _save(obj, opened_zipfile, pickle_module, pickle_protocol)
+  File "torch/serialization.py", line 499, in _save
+    zip_file.write_record(name, storage.data_ptr(), num_bytes)
+MemoryError
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "torch/serialization.py", line 259, in __exit__
+    self.file_like.write_end_of_file()
+RuntimeError: [enforce fail at inline_container.cc:300] . unexpected pos 6057217600 vs 6057217496
+"""
+
+
+def test_what_fails_while_an_exhausted_resource_is_handled_is_its_consequence(pipeline: Pipeline) -> None:
+    # the writer's half-written file fails to close because memory ran out mid-write: the
+    # checkpoint writer's rule (a full disk, usually) would outrank MemoryError on its own
+    d = diagnose(pipeline, MEMORY_THEN_WRITER)
+    assert d.root_cause.error_type is ErrorType.HostOOMKilled
+    assert {c.error_type: c.role for c in d.co_occurring}[ErrorType.StorageError] == Role.SYMPTOM
+
+
+def test_the_writer_failure_alone_keeps_its_reading(pipeline: Pipeline) -> None:
+    alone = MEMORY_THEN_WRITER.split("During handling")[1].split("\n", 2)[2]
+    assert diagnose(pipeline, alone).root_cause.error_type is ErrorType.StorageError
+
+
+def test_a_handler_failing_after_an_ordinary_error_is_not_read_as_a_consequence(pipeline: Pipeline) -> None:
+    # (only running out of memory or disk makes the next failure its consequence)
+    text = MEMORY_THEN_WRITER.replace("MemoryError", "KeyError: 'step'")
+    assert diagnose(pipeline, text).root_cause.error_type is ErrorType.StorageError

@@ -128,3 +128,19 @@ def test_proxy_lines_after_a_real_error_stay_its_symptoms(pipe):
     d = run(pipe, "\n".join(hf_steps(20) + [oom] + PROXY_TEARDOWN) + "\n")
     assert d.root_cause.error_type == "OutOfMemoryError"
     assert {c.role for c in d.co_occurring if c.error_type == "NCCLRemoteError"} == {"symptom"}
+
+
+def test_an_error_that_came_back_between_steps_is_not_the_failure(pipe):
+    # the same error printed again and again while the steps went on: the job lived through each
+    # one, also the last, where the post was cut
+    lines = []
+    for step in (44, 60, 83, 101):
+        lines.append(f"Epoch 0:   1%|| {step}/4943 [00:11<21:31,  3.79it/s, loss=7.11]")
+        lines.append("wandb: ERROR Error while calling W&B API: internal database error (<Response [500]>)")
+    assert no_failure(run(pipe, "\n".join(lines)))
+
+
+def test_an_error_that_repeats_only_after_the_steps_stopped_is_the_failure(pipe):
+    lines = [f"Epoch 0:   1%|| {step}/4943 [00:11<21:31,  3.79it/s, loss=7.11]" for step in (44, 60, 83)]
+    lines += ["wandb: ERROR Error while calling W&B API: internal database error (<Response [500]>)"] * 3
+    assert not no_failure(run(pipe, "\n".join(lines)))
