@@ -10,7 +10,8 @@ Known names: `exceptions` (traceback structure and the exception table), `signal
 stall shows in the log, by time stamps or a stall message: off, a log that ends on a filter
 rule's step line, or with any output after its last step, is a Hang as before),
 `timing` (the policy conditions that read when a failure happened: `first_collective`,
-`early_collective`, `never_connected`, `before_training` are then never true), `collectives` (the
+`early_collective`, `never_connected`, `before_training` are then never true; and an error that
+came back with training progress between its occurrences is no longer read as tolerated), `collectives` (the
 policy conditions that read the timed-out collectives' shape and deadline: `scalar_collective`,
 `mismatched_collectives`, `short_timeout`), `severity` (an error a glog / c10 emitter printed at
 its warning or info level, with no error-looking line after it, is one it went on from),
