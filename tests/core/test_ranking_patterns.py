@@ -356,3 +356,28 @@ def test_a_daemon_the_launcher_never_reached_over_ssh_is_the_ssh_failure(pipe):
     assert d.root_cause.error_type == "NetworkError", d.root_cause
     assert d.action.kind != "isolate_and_restart"
     assert run(pipe, "\n".join(lost) + "\n").root_cause.error_type == "NodeFailure"
+
+
+HCCL_INIT = """Traceback (most recent call last):
+  File "train.py", line 12, in <module>
+    torch.distributed.barrier()
+RuntimeError: [ERROR] HCCL error in: torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:64
+[ERROR] 2024-05-21-11:57:54 (PID:927000, Device:3, RankID:3) ERR02200 DIST call hccl api failed.
+EJ0001: 2024-05-21-11:57:54.167.645 Failed to initialize the HCCP process. Reason: Maybe the last training process is running.
+"""
+
+
+def test_a_library_wrapper_line_does_not_make_the_error_it_carries_a_peers_consequence(pipe):
+    # torch_npu's `HCCL error in:` names no cause; CANN prints it on the next lines. As a cause
+    # the wrapper made the HCCP failure below it a peer's consequence of "a process that died".
+    d = run(pipe, HCCL_INIT)
+    assert d.root_cause.error_type == "NCCLRemoteError"
+    assert d.action.kind == "retry"
+
+
+def test_an_hccl_result_code_decides_the_class_of_the_failed_call(pipe):
+    line = ("RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:102 HCCL function error: "
+            "HcclAllReduce(inputPtr, outputPtr, numel, dataType, op, comm, stream), error code is {}")
+    assert run(pipe, line.format(11)).root_cause.error_type == "NCCLRemoteError"
+    assert run(pipe, line.format(1)).root_cause.error_type == "RuntimeError"
+    assert run(pipe, line.format(1)).action.kind == "no_retry"
