@@ -657,6 +657,10 @@ class ExceptionView:
                     inner = self.records[inner].chained_from
         self._covered: set[int] = set()
 
+    def _role(self, line: int, role: Role) -> Role:
+        """A cause raised while memory or disk ran out (or because of it) is its consequence."""
+        return Role.SYMPTOM if role is Role.CAUSE and line in self.after_exhaustion else role
+
     def classify(self, occ, etype: ErrorType, category: Category) -> OccClass | None:
         """How an occurrence (read by its rule as `etype`/`category`) enters the events; None:
         as the rule reads it."""
@@ -679,11 +683,10 @@ class ExceptionView:
             if rec.launcher and m.role is Role.CAUSE:
                 m = replace(m, error_type=ErrorType.ChildFailedError, category=Category.FRAMEWORK,
                             role=Role.SYMPTOM, entry_id="exc.launcher-reraise")
-            role = Role.SYMPTOM if m.role is Role.CAUSE and occ.line in self.after_exhaustion else m.role
             return OccClass(tag=m.entry_id + (":harmless" if harmless else ""), error_type=m.error_type,
-                            category=m.category, role=role, priority=m.priority, rule_id=m.entry_id,
-                            hint=m.hint, action=m.action, recovered=harmless, chained=chained)
-        if not harmless and occ.line in self.after_exhaustion and spec.role is Role.CAUSE:
+                            category=m.category, role=self._role(occ.line, m.role), priority=m.priority,
+                            rule_id=m.entry_id, hint=m.hint, action=m.action, recovered=harmless, chained=chained)
+        if not harmless and spec.role is Role.CAUSE and occ.line in self.after_exhaustion:
             # (memory or disk ran out first; what failed while that was handled is its consequence)
             return OccClass(tag="after-exhaustion", error_type=etype, category=category, role=Role.SYMPTOM,
                             priority=occ.rule.priority, rule_id=occ.rule.id, hint=spec.hint, action=spec.action,
@@ -725,10 +728,9 @@ class ExceptionView:
             ev = out.get(key)
             rank, host = extract_rank(rec.text), extract_host(rec.text)
             if ev is None:
-                role = Role.SYMPTOM if m.role is Role.CAUSE and rec.line in self.after_exhaustion else m.role
                 ev = out[key] = ErrorEvent(
-                    id="", error_type=m.error_type, category=m.category, role=role, priority=m.priority,
-                    rule_id=m.entry_id, first_line=rec.line, count=0, text=rec.text, action=m.action,
+                    id="", error_type=m.error_type, category=m.category, role=self._role(rec.line, m.role),
+                    priority=m.priority, rule_id=m.entry_id, first_line=rec.line, count=0, text=rec.text, action=m.action,
                     hint=m.hint, first_rank=rank, first_host=host, chained=rec.chain is not None,
                     recovered=harmless)
             ev.count += 1
