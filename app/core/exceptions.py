@@ -93,9 +93,12 @@ _HANDLED_RE = regexcache.compile(
 # an uncaught exception of a thread other than the main one: printed, and the process goes on
 _THREAD_RE = regexcache.compile(r"^Exception in thread \S")
 # (multiprocessing's finalizers run when a process (a DataLoader worker, a pool) exits:
-# `util._run_finalizers` -> `_remove_temp_dir` removing its /tmp/pymp-* directory)
+# `util._run_finalizers` -> `_remove_temp_dir` removing its /tmp/pymp-* directory; weakref.finalize
+# runs its pending finalizers from an atexit hook, `weakref._exitfunc`, as tempfile's
+# TemporaryDirectory cleanup at exit does)
 _TEARDOWN_FUNCS = frozenset({"__del__", "_run_exitfuncs", "_exit_function", "_python_exit", "_shutdown",
-                             "_atexit", "atexit_callback", "_run_finalizers", "_remove_temp_dir"})
+                             "_atexit", "atexit_callback", "_run_finalizers", "_remove_temp_dir",
+                             "_exitfunc"})
 _SHUTDOWN_MSG_RE = regexcache.compile(
     r"(?i)python is likely shutting down|interpreter shutdown|sys\.meta_path is None")
 # an error line (no traceback) that says the process is exiting: the CUDA runtime unloading
