@@ -29,7 +29,7 @@ from app.core import ablation, regexcache, timestamps
 from app.core.compressed import BINARY_TEXT, CompressedLog, Occurrence
 from app.core.events import RETRY_LOOKAHEAD, ErrorEvent, glog_not_error, kept_lines_by_number
 from app.core.fields import extract_host, extract_rank
-from app.core.subsystems import VOCABULARY_CONFIDENCE
+from app.core.subsystems import FRAMES_CONFIDENCE, VOCABULARY_CONFIDENCE
 from app.core.types import (
     ActionKind, Category, CoOccurring, Diagnosis, ErrorType, Evidence, Progress, Role, RootCause, default_category,
     family_of,
@@ -455,15 +455,26 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
     """A failure no rule typed (or typed only by a rule of last resort), named by the subsystem
     vocabulary (app/core/subsystems.py): its error-looking lines the job did not survive and the
     lines of its untyped (or last-resort) error events (not an untyped symptom's: an NCCL warning
-    no rule knows), read for a subsystem and a failure. The ranking unchanged when none names one."""
-    if not ranking.untyped:
+    no rule knows), read for a subsystem and a failure; failing that, or where no failure was found
+    at all, a traceback the log ends in, cut before its exception line, read by its frames. The
+    ranking unchanged when none names one."""
+    cut = _cut_open(ranking, log)
+    if not ranking.untyped and not cut:
         return ranking
     before = survived_before(log)
     lines = [(ln, t) for ln, t in log.flagged_lines if ln >= before and ln not in harmless]
     for ev in events:
         if _untyped(ev) and not ev.recovered and effective_role(ev) is not Role.SYMPTOM:
             lines += [(o.line, o.text) for o in ev.occurrences if o.line not in harmless]
-    typed = vocabulary.type_lines(lines, kept_lines_by_number(log))
+    nearby = kept_lines_by_number(log)
+    typed = vocabulary.type_lines(lines, nearby) if ranking.untyped else None
+    by_frames = typed is None
+    if by_frames:
+        # a traceback the log ends in, cut before its exception line: its frames name the client
+        tail = {**{t.last_line: t.last_line_text for t in log.templates if t.text != BINARY_TEXT}, **nearby}
+        typed = vocabulary.type_cut_traceback(tail, _last_output_line(log))
+        if typed is not None and typed.line in harmless:
+            typed = None
     if typed is None:
         return ranking
     # its line as an event of its own (no rule): where the line was printed and the hosts it
@@ -478,15 +489,27 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
         ev.ranks.add(occ.rank)
     if occ.host:
         ev.hosts.add(occ.host)
+    if by_frames:
+        why = (f"No rule matched and the log ends in a traceback cut before its error line; its frame at line "
+               f"{typed.line} is in a client the subsystem vocabulary knows (rule {typed.rule_id}), so the failure "
+               f"is read as {typed.error_type.value}: the call that failed, not its message.")
+    else:
+        why = (f"No rule matched this failure; line {typed.line} names a subsystem and a failure, so it is read "
+               f"as {typed.error_type.value} by the subsystem vocabulary (rule {typed.rule_id}), not by a rule "
+               "for this message: too weak to act on, a human should confirm.")
     rc = RootCause(
-        error_type=typed.error_type, category=default_category(typed.error_type), confidence=VOCABULARY_CONFIDENCE,
+        error_type=typed.error_type, category=default_category(typed.error_type),
+        confidence=FRAMES_CONFIDENCE if by_frames else VOCABULARY_CONFIDENCE,
         evidence=[Evidence(line=typed.line, text=typed.text[:2000])],
-        explanation=(f"No rule matched this failure; line {typed.line} names a subsystem and a failure, so it is read "
-                     f"as {typed.error_type.value} by the subsystem vocabulary (rule {typed.rule_id}), not by a rule "
-                     "for this message: too weak to act on, a human should confirm."
-                     + (f" {typed.hint}" if typed.hint else "")),
-        rule_id=typed.rule_id)
+        explanation=why + (f" {typed.hint}" if typed.hint else ""), rule_id=typed.rule_id)
     return Ranking(rc, ev, ranking.co_occurring, only_symptoms=False)
+
+
+def _cut_open(ranking: Ranking, log: CompressedLog) -> bool:
+    """No failure was found and none is explained away: no error event, no finished run, no
+    training that went on to the end; what the log ends in may still say what failed."""
+    return (ranking.root_event is None and ranking.root.error_type is ErrorType.Unknown
+            and ranking.root.rule_id is None and log.completed is None)
 
 
 def _launcher_summary_only(summary: ErrorEvent, co: list[CoOccurring]) -> Ranking:

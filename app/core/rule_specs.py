@@ -157,8 +157,13 @@ class SubsystemSpec(Strict):
     id: RuleId
     error_type: ErrorType
     priority: Annotated[int, Check(ge=0, le=100)] = 50
-    nouns: Annotated[str, After(_compiles_ci)]
-    failure: Annotated[str, After(_compiles_ci)]
+    # (an entry reads lines by `nouns` and `failure`, or a cut traceback's frames by `frames`)
+    nouns: Annotated[str, After(_compiles_ci)] | None = None
+    failure: Annotated[str, After(_compiles_ci)] | None = None
+    # the file path of a Python frame in the packages of this subsystem's clients: a traceback the
+    # log ends in, cut before its exception line, with such a frame is typed by the entry
+    # (`examples` are then frame lines, `File "<path>", line N, in <function>`)
+    frames: Annotated[str, After(_compiles)] | None = None
     # the entry reads an errno / status string that names the object and the failure at once
     # (`Connection reset by peer`): on its own line it wins over the entries that pair a noun with
     # a failure word (a line tagged `device=TPU:6` whose failure is a reset connection)

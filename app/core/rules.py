@@ -408,6 +408,9 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
                 ruleset.exceptions.append(spec)
                 continue
             if isinstance(spec, SubsystemSpec):
+                if (spec.nouns is None) != (spec.failure is None) or (spec.nouns is None) == (spec.frames is None):
+                    raise RuleError(f"{where}: a subsystem entry reads lines (`nouns` and `failure`) or a cut "
+                                    "traceback's frames (`frames`), one of the two")
                 ruleset.subsystems.append(spec)
                 continue
             compiled, args = compile_pattern_args(spec.pattern, ignore_case=spec.ignore_case, where=where)

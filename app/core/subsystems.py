@@ -33,6 +33,10 @@ from app.core.types import ErrorType
 # the confidence of a root cause typed by vocabulary: below the low-confidence policy's 0.4, so the
 # action is `investigate`, above a "no rule matched" line's 0.2
 VOCABULARY_CONFIDENCE = 0.35
+# the confidence of a root cause typed by a cut traceback's frames: the program was inside that
+# client's call when it failed, which says more than a word on a line; at the policy's threshold
+# its type's policy acts (an HTTP or object-store client's failure: a bounded retry)
+FRAMES_CONFIDENCE = 0.45
 
 # a line at a non-error severity: Python logging's WARNING/INFO/DEBUG, logfmt's level=, `[W ...]`,
 # Python's `...Warning:` (an NCCL WARN is NCCL's error level, but an NCCL line no rule types is
@@ -91,9 +95,67 @@ class Typed:
     hint: str | None
 
 
+# a cut traceback: its header, its frame lines and the source / caret lines under them (after a
+# launcher's `[rank0]: ` / `[1,0]<stderr>:` prefix); anything else after the header ends it (the
+# exception line, more output)
+_TB_HEADER = regexcache.compile(r"\bTraceback \(most recent call last\):\s*$")
+_FRAME = regexcache.compile(r'\bFile "(?P<path>[^"\n]+)", line \d+, in (?P<func>[\w<>.]+)\s*$')
+_TB_BODY = regexcache.compile(r"^(?:\[[\w,]+\](?:<\w+>)?: ?)?\s{2,}\S|^\s*[\^~]+\s*$")
+# how far the log's last line may be after the cut traceback's last kept line
+CUT_TRACEBACK_END = 2
+# a frame of the interpreter's teardown: a traceback cut there is the teardown's (exceptions.py)
+_TEARDOWN_FRAME = regexcache.compile(r"^(?:__del__|_run_exitfuncs|_exit_function|_python_exit|_atexit|_exitfunc"
+                                     r"|_run_finalizers|_remove_temp_dir)$")
+
+
 class Vocabulary:
     def __init__(self, specs) -> None:
-        self.entries = [(s, regex.compile(s.nouns, regex.I), regex.compile(s.failure, regex.I)) for s in specs]
+        self.entries = [(s, regex.compile(s.nouns, regex.I), regex.compile(s.failure, regex.I))
+                        for s in specs if s.nouns is not None]
+        self.frame_entries = [(s, regex.compile(s.frames)) for s in specs if s.frames is not None]
+
+    def type_frame(self, path: str):
+        """The entry (highest priority) whose `frames` matches a frame's file path, or None."""
+        best = None
+        for spec, frames in self.frame_entries:
+            if (best is None or spec.priority > best.priority) and frames.search(path):
+                best = spec
+        return best
+
+    def type_cut_traceback(self, tail: dict[int, str], last_line: int) -> Typed | None:
+        """A Python traceback the log ends in, cut before its exception line (a post or a log
+        collector truncated it, the process was killed while printing it): the frames it shows say
+        what the program was doing when it failed. `tail`: the log's kept lines by number; they
+        must end, within CUT_TRACEBACK_END lines of `last_line`, in frame and source lines after a
+        traceback header (or at least two frames where the excerpt has no header). Typed by the highest-priority entry whose `frames`
+        matches one of its frames (the innermost on a tie), None otherwise or when a frame is the
+        interpreter's teardown."""
+        # the run of frame and source lines the log ends in, back to its header (or, where the
+        # excerpt has none, to the first line that is neither: then at least two frames)
+        frames, headed, last = [], False, None
+        for n in sorted(tail, reverse=True):
+            t = tail[n]
+            if last is None:
+                last = n
+                if last_line - n > CUT_TRACEBACK_END:
+                    return None
+            if (m := _FRAME.search(t)) is not None:
+                if _TEARDOWN_FRAME.match(m.group("func")):
+                    return None
+                frames.append((n, t, m.group("path")))
+            elif _TB_HEADER.search(t):
+                headed = True
+                break
+            elif not _TB_BODY.search(t):
+                break  # its exception line, or other output (where it is the last line: not cut)
+        if not frames or (not headed and len(frames) < 2):
+            return None
+        found: Typed | None = None
+        for n, t, path in frames:  # innermost first
+            spec = self.type_frame(path)
+            if spec is not None and (found is None or spec.priority > found.priority):
+                found = Typed(spec.id, spec.error_type, spec.priority, n, t, spec.hint)
+        return found
 
     def type_line(self, text: str):
         """The entry that types this line (an `exact` one before the others, then the first of the
@@ -130,6 +192,17 @@ def vocabulary_of(ruleset) -> Vocabulary:
 def check_vocabulary_examples(vocab: Vocabulary) -> list[tuple[str, str, bool]]:
     """(entry id, example, expected to be typed by it) for every example that is not."""
     bad = []
+    for spec, _ in vocab.frame_entries:
+        for text in spec.examples.match:
+            m = _FRAME.search(text)
+            got = vocab.type_frame(m.group("path")) if m else None
+            if got is None or got.id != spec.id:
+                bad.append((spec.id, text, True))
+        for text in spec.examples.no_match:
+            m = _FRAME.search(text)
+            got = vocab.type_frame(m.group("path")) if m else None
+            if got is not None and got.id == spec.id:
+                bad.append((spec.id, text, False))
     for spec, _, _ in vocab.entries:
         for text in spec.examples.match:
             got = vocab.type_line(text)

@@ -15,7 +15,7 @@ import pytest
 
 from app.core.pipeline import Pipeline
 from app.core.rules import DEFAULT_RULES_DIR, RuleError, check_examples, load_rules
-from app.core.subsystems import VOCABULARY_CONFIDENCE, vocabulary_of
+from app.core.subsystems import FRAMES_CONFIDENCE, VOCABULARY_CONFIDENCE, vocabulary_of
 
 
 @pytest.fixture(scope="module")
@@ -181,4 +181,71 @@ def test_a_malformed_entry_is_a_rule_error_naming_it(tmp_path):
     text = (rules / "subsystems.yaml").read_text().replace("nouns: '(?<![\\w./-])(?:cuda", "nouns: '(?<![\\w./-])(?:(cuda", 1)
     (rules / "subsystems.yaml").write_text(text)
     with pytest.raises(RuleError, match="subsystem.gpu|subsystems.yaml"):
+        load_rules(rules, overlay=None)
+
+
+# ---- a traceback the log ends in, cut before its exception line: read by its frames ----------
+_CUT_HTTP = [
+    "step 10 loss 2.31", "step 11 loss 2.30",
+    "Traceback (most recent call last):",
+    '  File "/opt/train/train.py", line 88, in <module>',
+    "    tokenizer = AutoTokenizer.from_pretrained(name)",
+    '  File "/opt/conda/lib/python3.10/site-packages/requests/adapters.py", line 486, in send',
+    "    resp = conn.urlopen(",
+    '  File "/opt/conda/lib/python3.10/site-packages/urllib3/connectionpool.py", line 790, in urlopen',
+    "    response = self._make_request(",
+]
+
+
+def test_a_cut_traceback_in_an_http_client_is_a_connection_error_retried(pipe):
+    d = run(pipe, "\n".join(_CUT_HTTP) + "\n")
+    assert d.root_cause.error_type == "ConnectionError" and d.root_cause.rule_id == "frames.http-client"
+    assert d.root_cause.confidence == FRAMES_CONFIDENCE and d.action.kind == "retry"
+    assert "cut before its error line" in d.root_cause.explanation
+    assert d.root_cause.evidence[0].text.strip().startswith('File "/opt/conda/lib/python3.10/site-packages/urllib3/')
+
+
+def test_an_object_store_client_above_the_http_client_names_the_store(pipe):
+    lines = _CUT_HTTP[:5] + [
+        '  File "/usr/local/lib/python3.10/dist-packages/google/cloud/storage/blob.py", line 2242, in upload_from_file',
+        "    created_json = self._do_upload(",
+    ] + _CUT_HTTP[5:]
+    d = run(pipe, "\n".join(lines) + "\n")
+    assert d.root_cause.error_type == "S3StorageError" and d.root_cause.rule_id == "frames.object-store"
+
+
+def test_the_same_traceback_with_its_exception_line_is_read_by_that_line(pipe):
+    d = run(pipe, "\n".join(_CUT_HTTP) + "\nValueError: bad tokenizer name\n")
+    assert d.root_cause.error_type == "ValueError" and not (d.root_cause.rule_id or "").startswith("frames.")
+
+
+@pytest.mark.parametrize("after", [
+    "step 12 loss 2.29\nstep 13 loss 2.28\nstep 14 loss 2.27\nstep 15 loss 2.26\n",  # training went on
+    "some other output\n",  # the traceback is not what the log ends in
+])
+def test_a_traceback_the_log_does_not_end_in_is_not_read_by_frames(pipe, after):
+    d = run(pipe, "\n".join(_CUT_HTTP) + "\n" + after)
+    assert not (d.root_cause.rule_id or "").startswith("frames.")
+
+
+def test_a_cut_traceback_at_teardown_or_a_lone_frame_is_not_read():
+    vocab = vocabulary_of(load_rules())
+    teardown = {1: "Traceback (most recent call last):",
+                2: '  File "/usr/lib/python3.10/weakref.py", line 667, in _exitfunc',
+                3: '  File "/opt/conda/lib/python3.10/site-packages/requests/sessions.py", line 589, in request'}
+    assert vocab.type_cut_traceback(teardown, 3) is None
+    lone = {1: "some output", 2: '  File "/opt/conda/lib/python3.10/site-packages/urllib3/response.py", line 9, in read'}
+    assert vocab.type_cut_traceback(lone, 2) is None  # no header: two frames at least
+    lone[3] = '  File "/opt/conda/lib/python3.10/ssl.py", line 1307, in recv_into'
+    assert vocab.type_cut_traceback(lone, 3).rule_id == "frames.http-client"
+    assert vocab.type_cut_traceback(lone, 3 + 5) is None  # the log goes on after it
+
+
+def test_an_entry_with_both_readings_or_neither_is_a_rule_error(tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(DEFAULT_RULES_DIR, rules)
+    text = (rules / "subsystems.yaml").read_text()
+    text = text.replace("    priority: 40\n    frames:", "    priority: 40\n    nouns: 'x'\n    failure: 'y'\n    frames:", 1)
+    (rules / "subsystems.yaml").write_text(text)
+    with pytest.raises(RuleError, match="one of the two"):
         load_rules(rules, overlay=None)
