@@ -96,7 +96,7 @@ _THREAD_RE = regexcache.compile(r"^Exception in thread \S")
 # `util._run_finalizers` -> `_remove_temp_dir` removing its /tmp/pymp-* directory; weakref.finalize
 # runs its pending finalizers from an atexit hook, `weakref._exitfunc`, as tempfile's
 # TemporaryDirectory cleanup at exit does)
-_TEARDOWN_FUNCS = frozenset({"__del__", "_run_exitfuncs", "_exit_function", "_python_exit", "_shutdown",
+TEARDOWN_FUNCS = frozenset({"__del__", "_run_exitfuncs", "_exit_function", "_python_exit", "_shutdown",
                              "_atexit", "atexit_callback", "_run_finalizers", "_remove_temp_dir",
                              "_exitfunc"})
 _SHUTDOWN_MSG_RE = regexcache.compile(
@@ -292,9 +292,9 @@ def parse_tracebacks(lines: list[tuple[int, str]], anchors: set[int] | None = No
             records[st.last_exc].wraps_next = True
         if st.ignored and line_no - st.ignored_line <= MAX_GAP:
             rec.teardown = st.ignored
-        elif any(f.rsplit(":", 1)[-1] in _TEARDOWN_FUNCS or "atexit" in f for f in rec.frames):
+        elif any(f.rsplit(":", 1)[-1] in TEARDOWN_FUNCS or "atexit" in f for f in rec.frames):
             rec.teardown = next(f.rsplit(":", 1)[-1] for f in rec.frames
-                                if f.rsplit(":", 1)[-1] in _TEARDOWN_FUNCS or "atexit" in f)
+                                if f.rsplit(":", 1)[-1] in TEARDOWN_FUNCS or "atexit" in f)
         elif _SHUTDOWN_MSG_RE.search(msg):
             rec.teardown = "shutdown"
         elif name == "SystemExit" and msg.strip() in ("", "0", "None"):

@@ -28,6 +28,7 @@ import regex
 
 from app.core import regexcache
 from app.core.events import glog_not_error
+from app.core.exceptions import TEARDOWN_FUNCS
 from app.core.types import ErrorType
 
 # the confidence of a root cause typed by vocabulary: below the low-confidence policy's 0.4, so the
@@ -103,9 +104,6 @@ _FRAME = regexcache.compile(r'\bFile "(?P<path>[^"\n]+)", line \d+, in (?P<func>
 _TB_BODY = regexcache.compile(r"^(?:\[[\w,]+\](?:<\w+>)?: ?)?\s{2,}\S|^\s*[\^~]+\s*$")
 # how far the log's last line may be after the cut traceback's last kept line
 CUT_TRACEBACK_END = 2
-# a frame of the interpreter's teardown: a traceback cut there is the teardown's (exceptions.py)
-_TEARDOWN_FRAME = regexcache.compile(r"^(?:__del__|_run_exitfuncs|_exit_function|_python_exit|_atexit|_exitfunc"
-                                     r"|_run_finalizers|_remove_temp_dir)$")
 
 
 class Vocabulary:
@@ -127,9 +125,9 @@ class Vocabulary:
         collector truncated it, the process was killed while printing it): the frames it shows say
         what the program was doing when it failed. `tail`: the log's kept lines by number; they
         must end, within CUT_TRACEBACK_END lines of `last_line`, in frame and source lines after a
-        traceback header (or at least two frames where the excerpt has no header). Typed by the highest-priority entry whose `frames`
-        matches one of its frames (the innermost on a tie), None otherwise or when a frame is the
-        interpreter's teardown."""
+        traceback header (or at least two frames where the excerpt has no header). Typed by the
+        highest-priority entry whose `frames` matches one of its frames (the innermost on a tie),
+        None otherwise or when a frame is the interpreter's teardown."""
         # the run of frame and source lines the log ends in, back to its header (or, where the
         # excerpt has none, to the first line that is neither: then at least two frames)
         frames, headed, last = [], False, None
@@ -140,8 +138,8 @@ class Vocabulary:
                 if last_line - n > CUT_TRACEBACK_END:
                     return None
             if (m := _FRAME.search(t)) is not None:
-                if _TEARDOWN_FRAME.match(m.group("func")):
-                    return None
+                if m.group("func") in TEARDOWN_FUNCS or "atexit" in m.group("path"):
+                    return None  # the interpreter's teardown (app/core/exceptions.py)
                 frames.append((n, t, m.group("path")))
             elif _TB_HEADER.search(t):
                 headed = True
@@ -191,25 +189,20 @@ def vocabulary_of(ruleset) -> Vocabulary:
 
 def check_vocabulary_examples(vocab: Vocabulary) -> list[tuple[str, str, bool]]:
     """(entry id, example, expected to be typed by it) for every example that is not."""
+    def frame_entry(text: str):  # a frame entry's examples are frame lines
+        m = _FRAME.search(text)
+        return vocab.type_frame(m.group("path")) if m else None
+
     bad = []
-    for spec, _ in vocab.frame_entries:
-        for text in spec.examples.match:
-            m = _FRAME.search(text)
-            got = vocab.type_frame(m.group("path")) if m else None
-            if got is None or got.id != spec.id:
-                bad.append((spec.id, text, True))
-        for text in spec.examples.no_match:
-            m = _FRAME.search(text)
-            got = vocab.type_frame(m.group("path")) if m else None
-            if got is not None and got.id == spec.id:
-                bad.append((spec.id, text, False))
-    for spec, _, _ in vocab.entries:
-        for text in spec.examples.match:
-            got = vocab.type_line(text)
-            if got is None or got.id != spec.id:
-                bad.append((spec.id, text, True))
-        for text in spec.examples.no_match:
-            got = vocab.type_line(text)
-            if got is not None and got.id == spec.id:
-                bad.append((spec.id, text, False))
+    for specs, typer in (([s for s, _ in vocab.frame_entries], frame_entry),
+                         ([s for s, _, _ in vocab.entries], vocab.type_line)):
+        for spec in specs:
+            for text in spec.examples.match:
+                got = typer(text)
+                if got is None or got.id != spec.id:
+                    bad.append((spec.id, text, True))
+            for text in spec.examples.no_match:
+                got = typer(text)
+                if got is not None and got.id == spec.id:
+                    bad.append((spec.id, text, False))
     return bad
