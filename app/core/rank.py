@@ -458,16 +458,17 @@ def by_vocabulary(ranking: Ranking, events: list[ErrorEvent], log: CompressedLog
     no rule knows), read for a subsystem and a failure; failing that, or where no failure was found
     at all, a traceback the log ends in, cut before its exception line, read by its frames. The
     ranking unchanged when none names one."""
-    cut = _cut_open(ranking, log)
-    if not ranking.untyped and not cut:
+    if not ranking.untyped and not _cut_open(ranking, log):
         return ranking
-    before = survived_before(log)
-    lines = [(ln, t) for ln, t in log.flagged_lines if ln >= before and ln not in harmless]
-    for ev in events:
-        if _untyped(ev) and not ev.recovered and effective_role(ev) is not Role.SYMPTOM:
-            lines += [(o.line, o.text) for o in ev.occurrences if o.line not in harmless]
     nearby = kept_lines_by_number(log)
-    typed = vocabulary.type_lines(lines, nearby) if ranking.untyped else None
+    typed = None
+    if ranking.untyped:
+        before = survived_before(log)
+        lines = [(ln, t) for ln, t in log.flagged_lines if ln >= before and ln not in harmless]
+        for ev in events:
+            if _untyped(ev) and not ev.recovered and effective_role(ev) is not Role.SYMPTOM:
+                lines += [(o.line, o.text) for o in ev.occurrences if o.line not in harmless]
+        typed = vocabulary.type_lines(lines, nearby)
     by_frames = typed is None
     if by_frames:
         # a traceback the log ends in, cut before its exception line: its frames name the client
