@@ -199,6 +199,10 @@ def _pairs(text: str) -> Reading | None:
     nonfinite = False
     others = 0  # numeric pairs that are neither counters nor losses (lr, time, throughput...)
     seen = False
+    # an eval loss before any training loss makes the line an evaluation's (`test loss = 32.1,
+    # depth loss = 324.5`): its other loss terms are the evaluation's too, no point of the
+    # training series (Keras' `loss: 0.52 - val_loss: 0.61` leads with the training loss)
+    evaluation = False
     for m in _PAIR_RE.finditer(text):
         key, sep, raw, total = m.group("key"), m.group("sep"), m.group("val"), m.group("total")
         value = _value(raw)
@@ -211,7 +215,9 @@ def _pairs(text: str) -> Reading | None:
                 nonfinite = True
                 slot = GRAD_NORM if kind == GRAD_NORM else LOSS
                 values[slot] = value
-            elif kind in (LOSS, GRAD_NORM) and kind not in values:
+            elif kind == "eval" and LOSS not in values:
+                evaluation = True
+            elif kind in (LOSS, GRAD_NORM) and kind not in values and not evaluation:
                 values[kind] = value
                 spans[kind] = m.span("val")
             continue

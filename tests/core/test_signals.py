@@ -300,6 +300,33 @@ def test_an_unknown_trainer_that_finished_did_not_hang(pipe):
     assert d.root_cause.error_type == "Hang"
 
 
+@pytest.mark.parametrize("line, values", [
+    # an eval loss leads: the line's other loss terms are the evaluation's, no training point
+    ("Epoch 0/1, Iter 6090/6174, test loss = 32.119, depth loss = 324.484, entropy loss = 32.119, time = 0.15", {}),
+    ("[eval] step 500 | val_loss: 2.91 | lm loss: 2.88 | ppl: 17.9", {}),
+    # the training loss leads (Keras' epoch line): the validation terms after it change nothing
+    ("Epoch 3/10 - 12s - loss: 0.5210 - accuracy: 0.81 - val_loss: 0.6100 - val_accuracy: 0.78", {"loss": 0.521}),
+])
+def test_an_evaluation_line_is_no_point_of_the_training_series(line, values):
+    from app.core.signals import _pairs
+    assert _pairs(line).values == values
+
+
+def test_an_evaluations_loss_terms_are_no_loss_spike(pipe):
+    """Training lines give `train loss`, an evaluation pass's lines `test loss` then larger terms
+    of it (`depth loss`): compared with the training series they would read as a spike."""
+    train = [f"Epoch 0/16, Iter {i}/27097, lr 0.0003, train loss = {19 - i / 10:.3f}, depth loss = {120 - i / 5:.3f}, "
+             f"time = 0.65" for i in range(0, 400, 10)]
+    test = [f"Epoch 0/1, Iter {i}/6174, test loss = 32.1, depth loss = {340 + i % 7:.3f}, time = 0.15"
+            for i in range(6000, 6174, 10)]
+    d = pipe.diagnose(io.BytesIO(("\n".join(train + test) + "\n").encode())).diagnosis
+    assert d.root_cause.error_type == "Unknown"
+    spiky = train + [f"Epoch 0/16, Iter {i}/27097, lr 0.0003, train loss = 95.0, depth loss = 300.0, time = 0.65"
+                     for i in range(400, 600, 10)]
+    d = pipe.diagnose(io.BytesIO(("\n".join(spiky) + "\n").encode())).diagnosis
+    assert d.root_cause.error_type == "LossSpike"
+
+
 def test_an_error_followed_by_unknown_trainer_steps_is_recovered(pipe):
     lines = [f"it={i} | loss={2 - i / 1000:.4f} | lr=1e-4" for i in range(1, 100)] + ["evaluating"]
     lines.insert(40, "ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', port=443): Max retries exceeded")
