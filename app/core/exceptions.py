@@ -347,24 +347,26 @@ class TableMatch:
     specific: bool  # a class (or class + message) entry, not a package family or the fallback
 
 
-# an HTTP client's own frames: a socket error raised under them (`OSError: [Errno 101] Network is
-# unreachable` from urllib3's create_connection) is a request to an external service (a hub, a
-# data or metrics endpoint) that failed, not the cluster's own network between the ranks
-_HTTP_CLIENT_FRAME_RE = regexcache.compile(
-    r"(?:^|[/\\])(?:urllib3|requests|httpx|httpcore|aiohttp|huggingface_hub|fsspec[/\\]implementations[/\\]http)[/\\]"
-    r"|(?:^|[/\\])http[/\\]client\.py$|(?:^|[/\\])urllib[/\\]request\.py$")
-
-
-def _client_side(m: TableMatch, rec: ExceptionRecord) -> TableMatch:
-    """A network error the traceback shows raised inside an HTTP client is that client's
-    connection failure (ConnectionError, an external service; the exception table's class and
-    message reading stays for the rest)."""
+def _client_side(m: TableMatch, rec: ExceptionRecord, vocabulary) -> TableMatch:
+    """A network error the traceback shows raised inside a client library's own frames is that
+    client's failure: under an HTTP client's (`OSError: [Errno 101] Network is unreachable` from
+    urllib3's create_connection) a request to an external service (a hub, a data or metrics
+    endpoint) that failed, ConnectionError, not the cluster's network between the ranks; under an
+    object-store client's (botocore above urllib3), the store's. The clients and what each types
+    are the subsystem vocabulary's `frames` entries (rules/subsystems.yaml), the ones a cut
+    traceback is read by; the exception table's class and message reading stays for the rest."""
     if m.error_type is not ErrorType.NetworkError or not rec.frames:
         return m
-    if not any(_HTTP_CLIENT_FRAME_RE.search(f.rsplit(":", 1)[0]) for f in rec.frames):
+    best = None
+    for f in rec.frames:
+        spec = vocabulary.type_frame(f.rsplit(":", 1)[0])
+        if spec is not None and (best is None or spec.priority > best.priority):
+            best = spec
+    if best is None:
         return m
-    return replace(m, error_type=ErrorType.ConnectionError, category=default_category(ErrorType.ConnectionError),
-                   entry_id=m.entry_id + ":http-client", action=None)
+    etype = ErrorType(best.error_type)
+    return replace(m, error_type=etype, category=default_category(etype),
+                   entry_id=f"{m.entry_id}:{best.id}", action=None)
 
 
 # a data pipeline library's own frames (installed packages: a project's `data/datasets/` module is
@@ -608,15 +610,17 @@ class ExceptionView:
 
     def __init__(self, log, ruleset) -> None:
         from app.core.rank import recovered_before  # (rank imports events; events does not import this)
+        from app.core.subsystems import vocabulary_of  # (subsystems imports this module)
 
         self.log = log
         self.table = table_of(ruleset)
+        vocabulary = vocabulary_of(ruleset)
         self.kept, anchors = kept_lines(log)
         self.records = parse_tracebacks(self.kept, anchors)
         self.by_line = {r.line: r for r in self.records}
         self.matches = {
             r.line: _data_side(_client_side(
-                self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r), r)
+                self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r, vocabulary), r)
             for r in self.records}
         done = log.completed.line if log.completed is not None else None
         went_on = recovered_before(log)

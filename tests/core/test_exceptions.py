@@ -811,6 +811,9 @@ OSError: [Errno 101] Network is unreachable
     # raised inside an HTTP client: a request to an external service failed
     ("urllib3/connection.py", "urllib3/util/connection.py", ErrorType.ConnectionError),
     ("httpcore/_sync/connection.py", "httpcore/_backends/sync.py", ErrorType.ConnectionError),
+    # an object-store client above the HTTP client: the store's failure (the vocabulary's frame
+    # entries, the ones a cut traceback is read by, decide both)
+    ("botocore/httpsession.py", "urllib3/util/connection.py", ErrorType.S3StorageError),
     # the same socket error in the job's own collective set-up stays the cluster's network
     ("torch/distributed/rendezvous.py", "torch/distributed/elastic/utils/distributed.py", ErrorType.NetworkError),
 ])
