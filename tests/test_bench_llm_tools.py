@@ -58,6 +58,25 @@ def test_warn_formats_are_classed_by_the_result_returned_after_them(tmp_path: Pa
     assert not rx.match("Invalid root requested : 2/2")
 
 
+def test_several_releases_give_the_union_of_their_formats_in_the_newest_class(tmp_path: Path) -> None:
+    """A log comes from whatever NCCL its job ran with: an older release's wording is kept, and a
+    wording two releases class differently (a lost peer: a system error, later a remote one) takes
+    the newer release's class."""
+    gen = _module("gen_nccl_warn_catalog")
+    old = 'WARN("Net : Connection closed by remote peer");\n  return ncclSystemError;\n' \
+          'WARN("Call to recv failed : %s", strerror(errno));\n  return ncclSystemError;\n'
+    new = 'WARN("Net : Connection closed by remote peer %s", peer);\n  return ncclRemoteError;\n'
+    for tag, src in (("v2.9", old), ("v2.15", new)):
+        (tmp_path / tag / "src").mkdir(parents=True)
+        (tmp_path / tag / "src" / "socket.cc").write_text(src)
+    found = gen.union([gen.formats(tmp_path / t / "src") for t in ("v2.9", "v2.15")])
+    assert found["system"] == ["Call to recv failed : %s"]
+    assert found["remote"] == ["Net : Connection closed by remote peer %s"]
+    out = subprocess.run([sys.executable, "bench/gen_nccl_warn_catalog.py", "--versions", str(tmp_path), "v2.9", "v2.15"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "releases v2.9 to v2.15 (2)" in out.splitlines()[0] and "id: nccl-warn-remote" in out
+
+
 def test_the_generated_file_loads_and_its_examples_pass(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "init.cc").write_text(NCCL_SRC)
