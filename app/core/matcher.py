@@ -56,12 +56,19 @@ class Hit(Generic[R]):
     groups: dict[str, str]
 
 
+# RE2 bounds the program a set compiles to by its `max_mem` (8 MiB by default): the shipped
+# diagnosis rules' forms alone take 7.4 MiB of it (2026-12-07), so a few approved rules more would
+# make the set fail to build. The budget is a ceiling, not an allocation.
+_SET_OPTIONS = re2.Options()
+_SET_OPTIONS.max_mem = 64 << 20
+
+
 class MultiMatcher(Generic[R]):
     """Which of `rules` match a line; preserves rule order in the result."""
 
     def __init__(self, rules: Sequence[R], *, prefiltered: bool = False) -> None:
         self.rules = list(rules)
-        self._set = re2.Filter() if prefiltered else re2.Set.SearchSet(re2.Options())
+        self._set = re2.Filter() if prefiltered else re2.Set.SearchSet(_SET_OPTIONS)
         self._set_index: list[int] = []
         self._fallback: list[int] = []
         for i, rule in enumerate(self.rules):
