@@ -118,6 +118,14 @@ _HOST_RES = [
 # Slurm host list (`node[01-04,07]`) names each of its hosts.
 _HOSTLIST = r"[A-Za-z][A-Za-z0-9_-]*\[[\d,\s-]+\][A-Za-z0-9_-]*"
 _LOCATED_HOST = "(?:" + _HOSTLIST + "|" + _IPV4 + "|" + _HOST_TOKEN + ")"
+# Ascend HCCL's cluster heartbeat spreads a fault to every rank, so any rank's log names the rank
+# where it lies, by IP and device: the Cluster Exception report under an execution timeout
+# (`Cluster Exception Location[IP/ID]:[90.90.92.240/1], ..., Discoverer:[90.90.92.240/0],
+# ExceptionType:[Heartbeat Lost Occurred]`; the discoverer is the reporting side) and the run
+# log's `[HeartbeatAbnormal]local rank[IP/ID]: crimer rank[IP/ID] status[...] by informer rank[...]`
+# (HCCL user guide, "Cluster Heartbeat Mechanism")
+_HCCL_ROOT_RE = regexcache.compile(
+    r"\b(?:Cluster Exception Location\[IP/ID\]:|crimer rank)\s*\[(" + _IPV4 + r")/\d+\]")
 _LOCATED_RES = [
     # (Gloo brackets the address: "Connection closed by peer [10.0.0.7]:12717")
     regexcache.compile(r"\b(?:from|to|by|with)\s+(?:remote\s+)?peer\s+[(\[]?(" + _LOCATED_HOST + r")"),
@@ -138,8 +146,9 @@ _LOCATED_RES = [
     regexcache.compile(r"\bRaylet is terminated: ip=(" + _IPV4 + r")"),
     regexcache.compile(r"\bnode_ip(?:_address)?[=:]\s*['\"]?(" + _IPV4 + r")"),
     regexcache.compile(r"(?i)\bnode (?:id[: ]+\S+ )?(?:and )?(?:address|ip)[: ]+(" + _IPV4 + r")"),
+    _HCCL_ROOT_RE,
 ]
-_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<", "Raylet")
+_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<", "Raylet", "Location[IP", "crimer")
 # Open MPI's help texts name the other end in a key-value line of their own, below the message:
 # "  Peer host:  node-7", "Remote daemon: [[11377,0],1] on node worker-0", the older "lost
 # communication with its daemon located on node:" over "  hostname:  node-7", the runtime's
@@ -152,7 +161,11 @@ _BLOCK_HOST = regexcache.compile(
 
 
 def block_line_host(text: str) -> str | None:
-    """The host a help text's key-value line names as the other end (see `_BLOCK_HOST`), else None."""
+    """The host a help text's key-value line names as the other end (see `_BLOCK_HOST`), or the
+    rank HCCL's cluster exception report below an execution timeout names as the fault's place
+    (`_HCCL_ROOT_RE`), else None."""
+    if "Location[IP" in text and (m := _HCCL_ROOT_RE.search(text)):
+        return m.group(1)
     if "host" not in text and "daemon" not in text and "ode" not in text:
         return None
     m = _BLOCK_HOST.search(text)

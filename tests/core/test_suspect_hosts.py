@@ -195,6 +195,27 @@ def test_a_help_texts_peer_host_line_names_the_other_end() -> None:
     assert _diagnose("\n".join(TRAIN + far) + "\n").diagnosis.action.suspect_hosts == []
 
 
+HCCL_EXEC_TIMEOUT = [
+    "EI0002: [PID: 4410] 2025-03-02-08:12:44.101.220 The wait execution of the Notify register times out. "
+    "Reason: The Notify register has not received the Notify record from remote rank [unknown].",
+    "there are(is) 1 abnormal device(s):",
+    "Cluster Exception Location[IP/ID]:[10.20.3.17/5], Arrival Time:[Sun Mar  2 08:09:50 2025], "
+    "Discoverer:[10.20.3.9/0], ExceptionType:[Heartbeat Lost Occurred], Possible Reason:1. Process has exited, "
+    "2. Network Disconnected",
+]
+
+
+def test_hccls_cluster_exception_report_names_the_faults_rank() -> None:
+    """Ascend HCCL spreads a fault over its cluster heartbeat: the report below an execution
+    timeout names the rank where it lies (Location), not the one that noticed it (Discoverer),
+    and the run log's HeartbeatAbnormal line its `crimer rank`."""
+    d = _diagnose("\n".join(TRAIN + HCCL_EXEC_TIMEOUT) + "\n").diagnosis
+    assert d.root_cause.error_type.value == "NCCLTimeoutError"
+    assert d.action.suspect_hosts == ["10.20.3.17"]
+    assert located_hosts("[HeartbeatAbnormal]local rank [10.20.3.9/0]: crimer rank [10.20.3.17/5] "
+                         "status[LOST] by informer rank [10.20.3.11/2]") == ["10.20.3.17"]
+
+
 OMPI_NO_CONNECT = [
     "--------------------------------------------------------------------------",
     "ORTE is unable to establish a communication connection to the",
