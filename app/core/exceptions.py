@@ -347,6 +347,13 @@ class TableMatch:
     specific: bool  # a class (or class + message) entry, not a package family or the fallback
 
 
+# the standard library's transport modules: a client's traceback runs through them, and so does
+# the job's own (a `socket.gaierror` from torch's rendezvous resolving the master's name), so their
+# frames say nothing of who used the network (a traceback cut inside them is still read by them,
+# subsystems.py)
+_TRANSPORT_FRAME_RE = regexcache.compile(r"[/\\]python3?[\d.]*[/\\](?:ssl|socket|selectors)\.py$")
+
+
 def _client_side(m: TableMatch, rec: ExceptionRecord, vocabulary) -> TableMatch:
     """A network error the traceback shows raised inside a client library's own frames is that
     client's failure: under an HTTP client's (`OSError: [Errno 101] Network is unreachable` from
@@ -359,7 +366,10 @@ def _client_side(m: TableMatch, rec: ExceptionRecord, vocabulary) -> TableMatch:
         return m
     best = None
     for f in rec.frames:
-        spec = vocabulary.type_frame(f.rsplit(":", 1)[0])
+        path = f.rsplit(":", 1)[0]
+        if _TRANSPORT_FRAME_RE.search(path):
+            continue
+        spec = vocabulary.type_frame(path)
         if spec is not None and (best is None or spec.priority > best.priority):
             best = spec
     if best is None:

@@ -822,6 +822,26 @@ def test_a_socket_error_in_an_http_client_is_a_connection_error(pipeline: Pipeli
     assert d.root_cause.error_type is expected
 
 
+def test_the_socket_modules_frames_say_nothing_of_who_used_the_network(pipeline: Pipeline) -> None:
+    """Every client runs through the standard library's socket module, and so does the job's own
+    set-up: its connection to the master that the network refuses stays the cluster's network;
+    the same error under an HTTP client's frames is that client's."""
+    text = """\
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/{frame}", line 88, in _connect
+    sock = socket.create_connection((host, port))
+  File "/opt/conda/lib/python3.10/socket.py", line 845, in create_connection
+    raise err
+  File "/opt/conda/lib/python3.10/socket.py", line 833, in create_connection
+    sock.connect(sa)
+OSError: [Errno 101] Network is unreachable
+"""
+    own = diagnose(pipeline, text.format(frame="torch/distributed/elastic/utils/distributed.py"))
+    assert own.root_cause.error_type is ErrorType.NetworkError
+    client = diagnose(pipeline, text.format(frame="urllib3/util/connection.py"))
+    assert client.root_cause.error_type is ErrorType.ConnectionError
+
+
 def test_rays_task_error_caption_is_a_traceback_where_the_log_starts(pipeline: Pipeline) -> None:
     """Ray prints `RayTaskError(X): ray::f() (pid=..)` above the task's frames: a log cut before
     the task's own final line still names the failure by the caption's inner class."""
