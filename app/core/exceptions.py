@@ -348,9 +348,8 @@ class TableMatch:
 
 
 # the standard library's transport modules: a client's traceback runs through them, and so does
-# the job's own (a `socket.gaierror` from torch's rendezvous resolving the master's name), so their
-# frames say nothing of who used the network (a traceback cut inside them is still read by them,
-# subsystems.py)
+# the job's own (its connection to the rendezvous master), so their frames say nothing of who used
+# the network (a traceback cut inside them is still read by them, subsystems.py)
 _TRANSPORT_FRAME_RE = regexcache.compile(r"[/\\]python3?[\d.]*[/\\](?:ssl|socket|selectors)\.py$")
 
 
