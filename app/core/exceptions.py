@@ -363,16 +363,11 @@ def _client_side(m: TableMatch, rec: ExceptionRecord, vocabulary) -> TableMatch:
     traceback is read by; the exception table's class and message reading stays for the rest."""
     if m.error_type is not ErrorType.NetworkError or not rec.frames:
         return m
-    best = None
-    for f in rec.frames:
-        path = f.rsplit(":", 1)[0]
-        if _TRANSPORT_FRAME_RE.search(path):
-            continue
-        spec = vocabulary.type_frame(path)
-        if spec is not None and (best is None or spec.priority > best.priority):
-            best = spec
-    if best is None:
+    paths = (f.rsplit(":", 1)[0] for f in rec.frames)
+    found = vocabulary.type_frames(p for p in paths if not _TRANSPORT_FRAME_RE.search(p))
+    if found is None:
         return m
+    best = found[1]
     etype = ErrorType(best.error_type)
     return replace(m, error_type=etype, category=default_category(etype),
                    entry_id=f"{m.entry_id}:{best.id}", action=None)

@@ -120,6 +120,16 @@ class Vocabulary:
                 best = spec
         return best
 
+    def type_frames(self, paths) -> tuple[int, object] | None:
+        """(index, entry) of the frame among `paths` whose entry has the highest priority (the
+        first of them on a tie), or None when no entry knows any of them."""
+        found = None
+        for i, path in enumerate(paths):
+            spec = self.type_frame(path)
+            if spec is not None and (found is None or spec.priority > found[1].priority):
+                found = (i, spec)
+        return found
+
     def type_cut_traceback(self, tail: dict[int, str], last_line: int) -> Typed | None:
         """A Python traceback the log ends in, cut before its exception line (a post or a log
         collector truncated it, the process was killed while printing it): the frames it shows say
@@ -148,12 +158,12 @@ class Vocabulary:
                 break  # its exception line, or other output (where it is the last line: not cut)
         if not frames or (not headed and len(frames) < 2):
             return None
-        found: Typed | None = None
-        for n, t, path in frames:  # innermost first
-            spec = self.type_frame(path)
-            if spec is not None and (found is None or spec.priority > found.priority):
-                found = Typed(spec.id, spec.error_type, spec.priority, n, t, spec.hint)
-        return found
+        found = self.type_frames(path for _, _, path in frames)  # innermost first
+        if found is None:
+            return None
+        i, spec = found
+        n, t, _ = frames[i]
+        return Typed(spec.id, spec.error_type, spec.priority, n, t, spec.hint)
 
     def type_line(self, text: str):
         """The entry that types this line (an `exact` one before the others, then the first of the
