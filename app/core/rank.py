@@ -254,7 +254,8 @@ def mark_give_ups(events: list[ErrorEvent]) -> None:
 def mark_recovered(events: list[ErrorEvent], log: CompressedLog) -> None:
     before = survived_before(log)
     # (one pass over the templates, only when a retried error or a metric NaN needs it)
-    last_output = _last_output_line(log) if any(
+    # (a client's retry notice whose exception's backtrace ends the log still ends it in the loop)
+    last_output = _last_output_line(log, messages_only=True) if any(
         ev.retried or (ev.rule_id.startswith("metrics.") and ev.error_type is ErrorType.NaNLoss)
         for ev in events) else 0
     for ev in events:
@@ -650,9 +651,19 @@ def _span_after_last_step(log: CompressedLog, p: Progress) -> float | None:
     return timestamps.span_after([seen[n] for n in lines if n <= p.line], [seen[n] for n in lines if n > p.line])
 
 
-def _last_output_line(log: CompressedLog) -> int:
-    """The log's last line with text (blank lines and whitespace after the last step are no output)."""
-    kept = [t.last_line for t in log.templates if t.text != BINARY_TEXT and t.last_line_text.strip()]
+# the C++ backtrace c10::Error appends to its message (`Exception raised from throwTimeoutError at
+# .../socket.cpp:1021 (most recent call first):`, then `frame #0: ...`): the rest of the message
+# printed above it, not output of the program after it
+_CPP_BACKTRACE = regexcache.compile(
+    r"^\s*(?:\[rank\d+\]:\s*)?(?:frame #\d+: |Exception raised from \S+ at \S+ \(most recent call first\):)")
+
+
+def _last_output_line(log: CompressedLog, *, messages_only: bool = False) -> int:
+    """The log's last line with text (blank lines and whitespace after the last step are no output).
+    `messages_only`: a C++ backtrace that ends a message is that message (its last line is the
+    message's, not more output)."""
+    kept = [t.last_line for t in log.templates if t.text != BINARY_TEXT and t.last_line_text.strip()
+            and not (messages_only and _CPP_BACKTRACE.search(t.last_line_text))]
     return max(kept, default=0)
 
 
