@@ -105,6 +105,12 @@ _SHUTDOWN_MSG_RE = regexcache.compile(
 # (cudaErrorCudartUnloading, "driver shutting down") or the interpreter shutting down
 _SHUTDOWN_LINE_RE = regexcache.compile(
     r"(?i)driver shutting down|cudaErrorCudartUnloading|python is likely shutting down|during interpreter shutdown")
+# a multiprocessing queue's feeder thread (`queues.py`, `_feed`) prints what it could not send and
+# goes on (`Queue._on_queue_feeder_error`); a broken pipe there is the reading process having
+# exited (the end of a run, or a consumer that failed with its own error), not a failure of its
+# own. (Its other errors, a full /dev/shm or too many open files, lose the item: failures.)
+_FEEDER_FRAME_RE = regexcache.compile(r"multiprocessing/queues\.py:_feed$")
+_EPIPE_RE = regexcache.compile(r"^BrokenPipeError\b|\[Errno 32\]|\bEPIPE\b")
 # a launcher re-raising a child's failure: its frames, or its command in the message
 _LAUNCHER_FRAME_RE = regexcache.compile(
     r"(?:accelerate/commands/launch\.py|accelerate/commands/accelerate_cli\.py|deepspeed/launcher/"
@@ -297,6 +303,8 @@ def parse_tracebacks(lines: list[tuple[int, str]], anchors: set[int] | None = No
                                 if f.rsplit(":", 1)[-1] in TEARDOWN_FUNCS or "atexit" in f)
         elif _SHUTDOWN_MSG_RE.search(msg):
             rec.teardown = "shutdown"
+        elif rec.frames and _FEEDER_FRAME_RE.search(rec.frames[0]) and _EPIPE_RE.search(f"{name}: {msg}"):
+            rec.teardown = "the queue's reader had exited"
         elif name == "SystemExit" and msg.strip() in ("", "0", "None"):
             rec.teardown = "exit status 0"  # sys.exit(0), Ray's exit_actor(): a clean exit
         elif rec.chained_from is not None and records[rec.chained_from].teardown:
