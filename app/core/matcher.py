@@ -59,8 +59,8 @@ class Hit(Generic[R]):
 # RE2 bounds the program a set compiles to by its `max_mem` (8 MiB by default): the shipped
 # diagnosis rules' forms alone took 7.4 MiB of it, then 8.1 MiB once CUDA's catalog also read
 # HIP's words (both 2026-12-07), more than the default. The budget is a ceiling, not an allocation.
-_SET_OPTIONS = re2.Options()
-_SET_OPTIONS.max_mem = 64 << 20
+SET_OPTIONS = re2.Options()
+SET_OPTIONS.max_mem = 64 << 20
 
 
 class MultiMatcher(Generic[R]):
@@ -68,7 +68,7 @@ class MultiMatcher(Generic[R]):
 
     def __init__(self, rules: Sequence[R], *, prefiltered: bool = False) -> None:
         self.rules = list(rules)
-        self._set = re2.Filter() if prefiltered else re2.Set.SearchSet(_SET_OPTIONS)
+        self._set = re2.Filter() if prefiltered else re2.Set.SearchSet(SET_OPTIONS)
         self._set_index: list[int] = []
         self._fallback: list[int] = []
         for i, rule in enumerate(self.rules):

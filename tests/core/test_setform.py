@@ -10,7 +10,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.matcher import _SET_OPTIONS, MultiMatcher, re2_form
+from app.core.matcher import SET_OPTIONS, MultiMatcher, re2_form
 from app.core.rules import load_rules
 from app.core.setform import set_form
 
@@ -114,7 +114,7 @@ def _full_sets(ruleset):
         # budget; the shipped forms outgrew the default on 2026-12-07)
         big = re2.Options()
         big.max_mem = 64 << 20
-        full, short = re2.Set.SearchSet(big), re2.Set.SearchSet(_SET_OPTIONS)
+        full, short = re2.Set.SearchSet(big), re2.Set.SearchSet(SET_OPTIONS)
         for rule, text in _patterns(ruleset):
             full.Add(_as_written(rule))
             short.Add(text)
