@@ -58,7 +58,10 @@ _ERROR_HINT_PATTERN = (
     r"Traceback \(most recent call last\)|Error\b|Exception\b|\berror\b|\bERROR\b|\bFATAL\b|\bfatal\b|"
     r"\bfailed\b|\bFAILED\b|\bKilled\b|\bkilled\b|\bWARN\b|[Ss]egmentation fault|core dumped|\babort|"
     r"timed out|[Tt]imeout|\bnan\b|\bNaN\b|\binf\b|CANCELLED|[Pp]anic|Errno|"
-    r"\b(?:lost|dead|died|unreachable|refused|preempted|unusable|halted|NotReady|evicted)\b")
+    r"\b(?:lost|dead|died|unreachable|refused|preempted|unusable|halted|NotReady|evicted)\b|"
+    # (an exception class of a library's errors / exceptions module whose name says neither:
+    # `triton.runtime.errors.OutOfResources: out of resource: shared memory ...`)
+    r"\b(?:errors|exceptions)\.[A-Z][a-z]\w*(?::|\s*$)")
 _ERROR_HINT = re2.Set.SearchSet(re2.Options())
 _ERROR_HINT.Add(_ERROR_HINT_PATTERN)
 _ERROR_HINT.Compile()

@@ -78,6 +78,9 @@ _EXC_LINE_RE = regexcache.compile(
 _EXC_NAME_RE = regexcache.compile(
     r"^[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Failed|Invalid|Timeout)$|^Exception$"
     r"|^(?:KeyboardInterrupt|StopIteration|GeneratorExit|HeaderTooLarge)$")
+# ... or when a library's errors / exceptions module defines it, whatever its name says
+# (`triton.runtime.errors.OutOfResources`, `google.api_core.exceptions.TooManyRequests`)
+_EXC_MODULE_RE = regexcache.compile(r"(?:^|\.)(?:errors|exceptions)\.[A-Z][a-z]\w*$")
 # teardown: the interpreter says it ignored the exception, or the frames say where it ran
 _IGNORED_RE = regexcache.compile(
     r"^Exception ignored (?:in|on|while)\b|^Error in atexit\._run_exitfuncs|^Exception in thread .*"
@@ -204,7 +207,8 @@ def parse_exception_line(body: str, *, strict: bool = True) -> tuple[str, str, s
         return None  # a bare word on its own line is not an exception without a known class name
     if not name.lstrip("_")[:1].isupper() and name not in ("error", "timeout", "gaierror", "herror"):
         return None
-    if (strict or name.isupper()) and not _EXC_NAME_RE.match(name.lstrip("_")):
+    if (strict or name.isupper()) and not _EXC_NAME_RE.match(name.lstrip("_")) \
+            and not (strict and _EXC_MODULE_RE.search(qual)):
         return None  # (`INFO: ...` interleaved into a traceback is not its exception)
     if qual in ("Note", "Warning", "Hint", "Usage", "Traceback", "Exception ignored in"):
         return None
@@ -731,13 +735,15 @@ class ExceptionView:
 
     def extra_events(self) -> list:
         """Events for exception lines no rule matched (a class without an `Error` suffix:
-        `pyarrow.lib.ArrowInvalid`), typed by the table; one per entry and harmlessness."""
+        `pyarrow.lib.ArrowInvalid`), typed by the table; one per entry and harmlessness. A line
+        outside a traceback counts when its class is module-qualified (`triton.runtime.errors.
+        OutOfResources: ...`, the final line of a traceback a post or a logger left out)."""
         from app.core.events import ErrorEvent
         from app.core.fields import extract_host, extract_rank
 
         out: dict[tuple[str, bool, bool], ErrorEvent] = {}
         for rec in self.records:
-            if rec.line in self._covered or not rec.in_traceback:
+            if rec.line in self._covered or not (rec.in_traceback or rec.module):
                 continue
             m = self.matches[rec.line]
             if m is FALLBACK or not m.specific:
