@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.core.exceptions import (
-    FALLBACK, ExceptionTable, check_table_examples, parse_tracebacks, strip_prefix, table_of,
+    FALLBACK, ExceptionTable, check_table_examples, parse_exception_line, parse_tracebacks, strip_prefix, table_of,
 )
 from app.core.pipeline import Pipeline
 from app.core.rules import RuleError, load_rules
@@ -896,3 +896,49 @@ def test_a_handler_failing_after_an_ordinary_error_is_not_read_as_a_consequence(
     # (only running out of memory or disk makes the next failure its consequence)
     text = MEMORY_THEN_WRITER.replace("MemoryError", "KeyError: 'step'")
     assert diagnose(pipeline, text).root_cause.error_type is ErrorType.StorageError
+
+
+# ---- round of 2026-12-07: feeder threads, library exception modules ----------------------------
+
+# a multiprocessing queue's feeder thread prints what it could not send and goes on
+FEEDER_EPIPE = """
+Traceback (most recent call last):
+  File "/usr/lib/python3.8/multiprocessing/queues.py", line 245, in _feed
+    send_bytes(obj)
+  File "/usr/lib/python3.8/multiprocessing/connection.py", line 411, in _send_bytes
+    self._send(header + buf)
+  File "/usr/lib/python3.8/multiprocessing/connection.py", line 368, in _send
+    n = write(self._handle, buf)
+BrokenPipeError: [Errno 32] Broken pipe
+"""
+
+
+def test_a_broken_pipe_in_a_queue_feeder_thread_is_the_reader_gone(pipeline: Pipeline) -> None:
+    (rec,) = records(FEEDER_EPIPE)
+    assert rec.teardown == "the queue's reader had exited"
+    d = diagnose(pipeline, "epoch 3 step 100 loss 0.52\n" + FEEDER_EPIPE)
+    assert (d.root_cause.error_type, d.action.kind) == ("Unknown", "investigate")
+
+
+def test_a_full_dev_shm_in_a_queue_feeder_thread_stays_a_failure(pipeline: Pipeline) -> None:
+    text = FEEDER_EPIPE.replace("BrokenPipeError: [Errno 32] Broken pipe", "OSError: [Errno 28] No space left on device")
+    (rec,) = records(text)
+    assert rec.teardown is None
+    assert diagnose(pipeline, text).root_cause.error_type == "OSError"
+
+
+@pytest.mark.parametrize("line,etype", [
+    # a class named neither ...Error nor ...Exception, in a library's errors / exceptions module
+    ("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 232448, Hardware limit: "
+     "101376. Reducing block sizes or `num_stages` may help.", "CUDAError"),
+])
+def test_a_module_qualified_exception_line_alone_is_typed_by_the_table(pipeline: Pipeline, line: str, etype: str) -> None:
+    d = diagnose(pipeline, "step 1 loss 2.3\n" + line)
+    assert d.root_cause.error_type == etype, d.root_cause
+
+
+def test_a_bare_word_colon_line_is_still_no_exception() -> None:
+    # (the errors / exceptions module reading needs the module path and a class-cased name)
+    assert parse_exception_line("OutOfResources: out of resource") is None
+    assert parse_exception_line("errors.INFO: x") is None
+    assert parse_exception_line("triton.runtime.errors.OutOfResources: x")[2] == "OutOfResources"

@@ -381,3 +381,49 @@ def test_an_hccl_result_code_decides_the_class_of_the_failed_call(pipe):
     assert run(pipe, line.format(11)).root_cause.error_type == "NCCLRemoteError"
     assert run(pipe, line.format(1)).root_cause.error_type == "RuntimeError"
     assert run(pipe, line.format(1)).action.kind == "no_retry"
+
+
+# A c10d store client retrying its connect: the exception it retried carries c10::Error's C++
+# backtrace (`Exception raised from ... (most recent call first):`, `frame #N: ...`). Those lines
+# are the message's, so a log that ends on them ends in the retry loop: the retried error is the
+# failure, not recovered.
+STORE_RETRY_LOOP = [
+    "[E1021 17:41:23.719491800 socket.cpp:1019] [c10d] The client socket has timed out after 300000ms while "
+    "trying to connect to (10.0.0.26, 51216).",
+    "[W1021 17:41:23.719778542 TCPStore.cpp:340] [c10d] TCP client failed to connect/validate to host "
+    "10.0.0.26:51216 - retrying (try=0, timeout=300000ms, delay=55140ms): The client socket has timed out after "
+    "300000ms while trying to connect to(10.0.0.26, 51216).",
+    "Exception raised from throwTimeoutError at /pytorch/torch/csrc/distributed/c10d/socket.cpp:1021 (most recent "
+    "call first):",
+] + [f"frame #{i}: <unknown function> + 0x5d694d1 (0x7fb40f5354d1 in /env/lib/python3.12/site-packages/torch/lib/"
+     "libtorch_cpu.so)" for i in range(6)]
+
+
+def test_a_retry_loop_whose_backtrace_ends_the_log_is_the_failure(pipe):
+    d = run(pipe, "\n".join(STORE_RETRY_LOOP) + "\n")
+    assert d.root_cause.error_type == "NetworkError", d.root_cause
+
+
+def test_a_retry_loop_that_training_outlived_is_recovered(pipe):
+    d = run(pipe, "\n".join(STORE_RETRY_LOOP + hf_steps(12)) + "\n")
+    assert d.root_cause.error_type != "NetworkError", d.root_cause
+
+
+@pytest.mark.parametrize("line,etype", [
+    # PyTorch's ROCm build prints CUDA's catalog in HIP's words
+    ("RuntimeError: HIP error: invalid argument", "CUDAError"),
+    ("RuntimeError: No HIP GPUs are available", "CUDAError"),
+    ("RuntimeError: HIP error: an illegal memory access was encountered", "CUDAError"),
+    # a download that ended short of its announced size
+    ("OSError: Consistency check failed: file should be of size 9860464979 but has size 4277965032 "
+     "((…)l-00006-of-00007.bin).", "ConnectionError"),
+    # libfabric's completion error: its EIO is the fabric's
+    ("Unable to write to EQ: Missing or unavailable event queue. err: Input/output error (5) prov_errno: Unknown "
+     "error -12 (-12) prov/efa/src/rxr/rxr.h:1343", "NetworkError"),
+    # CUDA 12's contained fault of a peer access over NVLink
+    ("torch.AcceleratorError: CUDA error: Invalid access of peer GPU memory over nvlink or a hardware error",
+     "NVLinkError"),
+])
+def test_emitter_wordings_read_by_their_mechanism(pipe, line, etype):
+    d = run(pipe, "step 1 loss 2.3\n" + line + "\n")
+    assert d.root_cause.error_type == etype, d.root_cause
