@@ -21,6 +21,7 @@ summary alone is `Unknown` too.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, replace
 
 import regex
@@ -582,7 +583,8 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
             "follows. If the job did not exit after this, it hung in shutdown (take stack dumps).",
             [Evidence(line=done.line, text=(done.text or "")[:2000])])
     last_output = _last_output_line(log)
-    if log.last_progress is not None and last_output <= log.last_progress.line and (
+    last_step = _last_training_activity(log)
+    if last_step is not None and last_output <= last_step.line and (
             log.inferred_progress or ablation.enabled("stall")):
         # a stall must show in the log: a stall warning, a stack dump or a time-limit kill (events,
         # not here), or output after the last step whose time stamps cover STALL_SECONDS (below).
@@ -590,27 +592,27 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
         # in the log but in the job's end (the scheduler's time limit, the live watch's clock: the
         # controller reads a stopped job's log that ends on progress as a Hang,
         # app/controller/service.py)
-        p = log.last_progress
+        p = last_step
         return _no_failure(
             f"training progressed up to the log's last line ({p.line}"
             + (f", step {p.step}" if p.step is not None else "")
             + ") and nothing after it shows a stall. If the job was stopped for making no progress, "
             "take stack dumps.", [Evidence(line=p.line, text=(p.text or "")[:2000])], rule_id=ENDS_ON_STEP)
-    if log.last_progress is not None and ablation.enabled("stall") and (
-            (span := _span_after_last_step(log, log.last_progress)) is None or span < STALL_SECONDS):
+    if last_step is not None and ablation.enabled("stall") and (
+            (span := _span_after_last_step(log, last_step)) is None or span < STALL_SECONDS):
         # output after the last step, but nothing shows that it lasted: no time stamps, or they
         # cover too little. An excerpt that ends while an eval starts, a checkpoint is saved or a
         # loss scale drops reads the same as a job that stopped there; how the job ended tells
         # them apart (as for a log that ends on a step line)
-        p = log.last_progress
+        p = last_step
         covered = "carry no time stamps" if span is None else f"cover {span:.0f} s"
         return _no_failure(
             f"training progressed up to line {p.line}" + (f" (step {p.step})" if p.step is not None else "")
             + f"; the {last_output - p.line} line(s) after it show no error and {covered}, which does "
             "not show a stall. If the job was stopped for making no progress, take stack dumps.",
             [Evidence(line=p.line, text=(p.text or "")[:2000])], rule_id=ENDS_ON_STEP)
-    if log.last_progress is not None:
-        p = log.last_progress
+    if last_step is not None:
+        p = last_step
         rc = RootCause(
             error_type=ErrorType.Hang, category=Category.FRAMEWORK, confidence=0.6,
             evidence=[Evidence(line=p.line, text=(p.text or "")[:2000])],
@@ -636,6 +638,21 @@ def _no_events(log: CompressedLog, harmless: frozenset[int] = frozenset()) -> Ra
 # how long the output after the last training step must last to show a stall, where its lines
 # carry time stamps (the NCCL watchdog's default is 10 minutes)
 STALL_SECONDS = 600.0
+
+
+def _last_training_activity(log: CompressedLog) -> Progress | None:
+    """The last progress marker, or a later line that reported a finite training loss (a metric
+    point: `Mean training loss: 0.5204.` when an epoch ends after the `Training epoch: 28` marker
+    it began with): training went on up to there, so a stall is measured from it."""
+    p = log.last_progress
+    if p is None:
+        return None
+    later = [m for m in log.metrics if m.line > p.line
+             and any("loss" in k and math.isfinite(v) for k, v in m.values.items())]
+    if not later:
+        return p
+    m = max(later, key=lambda m: m.line)
+    return Progress(step=p.step, line=m.line, text=m.text or None)
 
 
 def _span_after_last_step(log: CompressedLog, p: Progress) -> float | None:

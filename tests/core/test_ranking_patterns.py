@@ -427,3 +427,24 @@ def test_a_retry_loop_that_training_outlived_is_recovered(pipe):
 def test_emitter_wordings_read_by_their_mechanism(pipe, line, etype):
     d = run(pipe, "step 1 loss 2.3\n" + line + "\n")
     assert d.root_cause.error_type == etype, d.root_cause
+
+
+def _epoch_log(end_lines: list[str]) -> str:
+    lines = []
+    for e, (start, end) in enumerate([("03:46:15", "03:59:31"), ("04:00:12", "04:13:30"), ("04:14:05", "04:26:40")], 26):
+        lines += [f"[ Tue Nov 14 {start} 2023 ] Training epoch: {e}",
+                  f"[ Tue Nov 14 {end} 2023 ] \tMean training loss: 0.52{e}.  Mean training acc: 83.{e}%.",
+                  f"[ Tue Nov 14 {end} 2023 ] Eval epoch: {e}"]
+    return "\n".join(lines + ["[ Tue Nov 14 04:26:51 2023 ] Training epoch: 29"] + end_lines) + "\n"
+
+
+def test_a_training_loss_after_the_last_step_marker_is_training_going_on(pipe):
+    # the epoch's marker is printed when it starts; its loss 13 minutes later is training, not a stall
+    d = run(pipe, _epoch_log(["[ Tue Nov 14 04:40:09 2023 ] \tMean training loss: 0.5204.  Mean training acc: 83.46%.",
+                              "[ Tue Nov 14 04:40:09 2023 ] Eval epoch: 29"]))
+    assert d.root_cause.error_type == "Unknown", d.root_cause
+
+
+def test_output_that_lasts_after_the_last_step_without_a_loss_is_still_a_stall(pipe):
+    d = run(pipe, _epoch_log(["[ Tue Nov 14 04:40:09 2023 ] Eval epoch: 29"]))
+    assert d.root_cause.error_type == "Hang", d.root_cause
