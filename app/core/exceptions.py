@@ -407,6 +407,34 @@ def _data_side(m: TableMatch, rec: ExceptionRecord) -> TableMatch:
                    action=None)
 
 
+# the checkpoint loader's own frames (torch.load: torch/serialization.py's load, _load,
+# _legacy_load, persistent_load, its zip reader's __init__): a generic error raised there (an
+# EOFError "Ran out of input" from an empty or truncated file, a ValueError or RuntimeError of the
+# unpickler) is a checkpoint the loader could not read. An OSError there is the file system's, an
+# interrupt the person's: typed as they are.
+_LOADER_FRAME_RE = regexcache.compile(r"(?:^|[/\\])torch[/\\]serialization\.py$")
+_LOAD_GENERIC = frozenset({ErrorType.ValueError, ErrorType.RuntimeError})
+
+
+def _load_side(m: TableMatch, rec: ExceptionRecord) -> TableMatch:
+    """A generic exception (a class no entry names, a ValueError or RuntimeError) whose innermost
+    frame is torch's serialization module, reached through its load and not its save (the zip
+    reader's and writer's `__init__` look alike), is a checkpoint that could not be read
+    (ModelLoadingError)."""
+    if not (m is FALLBACK or m.error_type in _LOAD_GENERIC) or not rec.frames:
+        return m
+    if not _LOADER_FRAME_RE.search(rec.frames[-1].rpartition(":")[0]):
+        return m
+    funcs = [f.rpartition(":")[2] for f in rec.frames if _LOADER_FRAME_RE.search(f.rpartition(":")[0])]
+    if not any("load" in f for f in funcs) or any("save" in f or "writer" in f for f in funcs):
+        return m
+    return TableMatch(f"{m.entry_id}:checkpoint-loader", ErrorType.ModelLoadingError,
+                      default_category(ErrorType.ModelLoadingError), Role.CAUSE, max(m.priority, 40), None,
+                      "The checkpoint loader (torch.load) could not read the file: empty, truncated by "
+                      "an interrupted save or copy, or not a checkpoint. Restore or re-download it, or "
+                      "resume from an earlier one.", True)
+
+
 # generic classes that often wrap a more specific one (named in their message)
 _GENERIC_WRAPPERS = frozenset({"exc.unknown-class", "exc.exc-runtime", "exc.exc-os"})
 _INNER_REPR_RE = regexcache.compile(
@@ -635,8 +663,8 @@ class ExceptionView:
         self.records = parse_tracebacks(self.kept, anchors)
         self.by_line = {r.line: r for r in self.records}
         self.matches = {
-            r.line: _data_side(_client_side(
-                self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r, vocabulary), r)
+            r.line: _load_side(_data_side(_client_side(
+                self.table.resolve(r.qualname, r.module, r.name, r.message, r.inner), r, vocabulary), r), r)
             for r in self.records}
         done = log.completed.line if log.completed is not None else None
         went_on = recovered_before(log)

@@ -147,8 +147,14 @@ _LOCATED_RES = [
     regexcache.compile(r"\bnode_ip(?:_address)?[=:]\s*['\"]?(" + _IPV4 + r")"),
     regexcache.compile(r"(?i)\bnode (?:id[: ]+\S+ )?(?:and )?(?:address|ip)[: ]+(" + _IPV4 + r")"),
     _HCCL_ROOT_RE,
+    # Slurm's step daemon could not kill the step's processes (unkillable: hung I/O, a GPU driver
+    # stuck) and the controller drains that node "Kill task failed"; the daemon names its own node
+    # (SchedMD/slurm src/slurmd/slurmstepd/step_terminate_monitor.c: "*** %s STEPD TERMINATED ON %s
+    # AT %s DUE TO JOB NOT ENDING WITH SIGNALS ***", the node name second)
+    regexcache.compile(r"\bSTEPD TERMINATED ON (" + _LOCATED_HOST + r") AT \S+ DUE TO JOB NOT ENDING WITH SIGNALS\b"),
 ]
-_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<", "Raylet", "Location[IP", "crimer")
+_LOCATED_LITERALS = ("peer", "remote", "ode", "NODE", "Owner Ip", "node_", "<", "Raylet", "Location[IP", "crimer",
+                     "STEPD")
 # Open MPI's help texts name the other end in a key-value line of their own, below the message:
 # "  Peer host:  node-7", "Remote daemon: [[11377,0],1] on node worker-0", the older "lost
 # communication with its daemon located on node:" over "  hostname:  node-7", the runtime's

@@ -21,7 +21,7 @@ CATALOG_FILES = {"catalog_nccl.yaml", "catalog_cuda.yaml", "nodeloss.yaml", "obj
                  "catalog_ucx.yaml", "catalog_ofi.yaml", "catalog_ascend.yaml", "catalog_rocm.yaml", "catalog_ompi.yaml",
                  "catalog_habana.yaml", "catalog_xpu.yaml", "catalog_neuron.yaml", "catalog_pyxis.yaml",
                  "catalog_nccl_warn.yaml", "catalog_metal.yaml", "catalog_pslite.yaml", "catalog_oneccl.yaml",
-                 "catalog_windows.yaml"}
+                 "catalog_windows.yaml", "catalog_ras.yaml"}
 
 CATALOG_DIAG = """\
 kind: diagnosis

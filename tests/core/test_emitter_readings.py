@@ -1,0 +1,262 @@
+"""Readings taken from what an emitter can print rather than from one thread's wording: the
+kernel's RAS memory reports, the HNS RoCE NIC's error completions, the HSA runtime's
+out-of-resources abort, the toolchain's link failures, CPython's `-m` with no module, torch's
+checkpoint loader failing on a generic exception, CUDA's unknown error (not a GPU fault by
+itself), XLA's device-buffer allocation and Slurm's step daemon naming a node it could not
+clean. End to end through the pipeline, each with a line of the same family that must not
+read that way."""
+
+from __future__ import annotations
+
+import io
+
+from app.core.pipeline import Pipeline
+from app.core.types import ActionKind, ErrorType
+
+
+def _diagnose(text: str):
+    return Pipeline().diagnose(io.BytesIO(text.encode()), workers=1).diagnosis
+
+
+STEP = "[2025-03-02 10:00:01] step 1200 loss 2.113 lr 3.0e-4\n"
+
+# ---- the kernel's RAS reports of an uncorrected memory error ------------------------------------
+
+CPER_UNCORRECTED = STEP + """\
+[ 2454.830692] {6}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 0
+[ 2454.830693] {6}[Hardware Error]: event severity: recoverable
+[ 2454.830697] {6}[Hardware Error]:  section_type: memory error
+[ 2454.830699] {6}[Hardware Error]:  node: 2 card: 3 module: 51 rank: 1 bank: 10 row: 30691 column: 56
+[ 2454.830701] {6}[Hardware Error]:  error_type: 3, multi-bit ECC
+Traceback (most recent call last):
+  File "train.py", line 210, in <module>
+RuntimeError: NCCL communicator was aborted on rank 3.
+"""
+
+MCE_USER_ACCESS = STEP + """\
+[  183.650625] mce: Uncorrected hardware memory error in user-access at 8a398a400
+[  183.650700] Memory failure: 0x8a398a: Sending SIGBUS to python:2201 due to hardware memory corruption
+[  183.650800] Memory error not recovered
+"""
+
+CPER_CORRECTED = STEP + """\
+[ 2454.830692] {1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1
+[ 2454.830693] {1}[Hardware Error]: It has been corrected by h/w and requires no further action
+[ 2454.830694] {1}[Hardware Error]: event severity: corrected
+[ 2454.830701] {1}[Hardware Error]:  error_type: 2, single-bit ECC
+[2025-03-02 10:00:31] step 1210 loss 2.101 lr 3.0e-4
+"""
+
+
+def test_an_uncorrected_memory_error_record_isolates_the_node():
+    d = _diagnose(CPER_UNCORRECTED)
+    assert d.root_cause.error_type is ErrorType.ECCError
+    assert d.root_cause.rule_id == "ras-memory-uncorrected"
+    assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
+
+
+def test_a_machine_check_in_user_memory_is_the_same_fault():
+    d = _diagnose(MCE_USER_ACCESS)
+    assert d.root_cause.error_type is ErrorType.ECCError
+    assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
+
+
+def test_a_corrected_single_bit_error_is_no_failure():
+    d = _diagnose(CPER_CORRECTED)
+    assert d.root_cause.error_type is not ErrorType.ECCError
+    assert d.action.kind is not ActionKind.ISOLATE_AND_RESTART
+
+
+# ---- the HNS RoCE NIC's error completions (kernel driver and CANN's user-space library) ---------
+
+HNS_LITE = """\
+[ERROR] ROCE(2040034,train):2025-09-15-08:38:12.776.612 [hns_roce_lite.c:630]hns_roce_lite_handle_error_cqe(630) : error cqe status: 0x15
+[ERROR] ROCE(2040034,train):2025-09-15-08:38:12.776.622 [hns_roce_lite.c:747]dump_err_cqe(747) : CQ(0x10) CQE(0x5) INDEX(0x00000000): 0x00041580
+"""
+
+HNS_KERNEL = STEP + """\
+[ 8812.004417] hns_roce 0000:7d:00.0: error cqe status is: 0x15
+[rank5]: RuntimeError: HCCL function error: HcclAllReduce(...), error code is 9
+"""
+
+
+def test_hns_roce_error_completions_are_the_network_in_both_wordings():
+    for log in (HNS_LITE, HNS_KERNEL):
+        d = _diagnose(log)
+        assert d.root_cause.error_type is ErrorType.NetworkError, log
+        assert d.root_cause.rule_id == "hns-roce-error-cqe"
+
+
+# ---- the HSA runtime's queue abort for want of resources: the GPU's memory ----------------------
+
+HSA_OUT_OF_RESOURCES = STEP + """\
+:0:rocdevice.cpp            :3671: 8816238121 us: [pid:2512 tid:0x7f00] Callback: Queue 0x7efc Aborting with error : HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources. This error may also occur when the core runtime library needs to spawn threads or create internal OS-specific events. Code: 0x1008 Available Free mem : 4 MB
+Aborted (core dumped)
+"""
+
+HSA_EXCEPTION = STEP + """\
+:0:rocdevice.cpp            :2984: 1335 us: [pid:1843 tid:0x7fb7] Callback: Queue 0x7fb7 aborting with error : HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. code: 0x1016
+"""
+
+
+def test_hsa_out_of_resources_is_the_gpu_out_of_memory():
+    d = _diagnose(HSA_OUT_OF_RESOURCES)
+    assert d.root_cause.error_type is ErrorType.OutOfMemoryError
+    assert d.action.kind is ActionKind.NO_RETRY
+    assert _diagnose(HSA_EXCEPTION).root_cause.error_type is not ErrorType.OutOfMemoryError
+
+
+# ---- the toolchain: a build step that could not link -------------------------------------------
+
+TRITON_LINK = """\
+(WorkerDict pid=1310039) /usr/bin/ld: cannot find -lcuda: No such file or directory
+(WorkerDict pid=1310039) collect2: error: ld returned 1 exit status
+Error executing job with overrides: ['trainer.n_gpus_per_node=8']
+"""
+
+CLANG_LINK = """\
+[2/3] c++ fused_adam.o -shared -L/usr/local/cuda/lib64 -lcudart -o fused_adam.so
+clang: error: linker command failed with exit code 1 (use -v to see invocation)
+"""
+
+LD_WARNING = STEP + """\
+/usr/bin/ld: warning: libcudart.so.11.0, needed by libops.so, not found (try using -rpath or -rpath-link)
+[2025-03-02 10:00:31] step 1210 loss 2.101 lr 3.0e-4
+"""
+
+
+def test_a_link_failure_is_a_build_failure_in_gcc_and_clang_wordings():
+    for log in (TRITON_LINK, CLANG_LINK):
+        d = _diagnose(log)
+        assert d.root_cause.error_type is ErrorType.CalledProcessError, log
+        assert d.action.kind is ActionKind.NO_RETRY
+    assert _diagnose(LD_WARNING).root_cause.error_type is not ErrorType.CalledProcessError
+
+
+# ---- CPython: `python -m NAME` with no module NAME ---------------------------------------------
+
+RUNPY_MISSING = """\
++ mpirun -np 4 python3 -m run --config configs/pick.yaml
+/usr/bin/python3: No module named run
+/usr/bin/python3: No module named run
+-------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+-------------------------------------------------------
+"""
+
+
+def test_python_m_with_no_such_module_is_a_missing_module():
+    d = _diagnose(RUNPY_MISSING)
+    assert d.root_cause.error_type is ErrorType.ModuleNotFoundError
+    assert d.action.kind is ActionKind.NO_RETRY
+
+
+# ---- torch's checkpoint loader failing on a generic exception ----------------------------------
+
+LOAD_EOF = """\
+Loading checkpoint from /ckpt/exp_304/last.pt
+Traceback (most recent call last):
+  File "/work/train.py", line 50, in main
+    step = load_checkpoint(path)
+  File "/work/train.py", line 14, in load_checkpoint
+    checkpoint = torch.load(path, map_location="cuda:0")
+  File "/venv/lib/python3.10/site-packages/torch/serialization.py", line 815, in load
+    return _legacy_load(opened_file, map_location, pickle_module, **pickle_load_args)
+  File "/venv/lib/python3.10/site-packages/torch/serialization.py", line 1033, in _legacy_load
+    magic_number = pickle_module.load(f, **pickle_load_args)
+EOFError: Ran out of input
+"""
+
+SAVE_CANNOT_OPEN = """\
+Traceback (most recent call last):
+  File "/work/train.py", line 90, in <module>
+    torch.save(state, path)
+  File "/venv/lib/python3.10/site-packages/torch/serialization.py", line 440, in save
+    with _open_zipfile_writer(f) as opened_zipfile:
+  File "/venv/lib/python3.10/site-packages/torch/serialization.py", line 315, in _open_zipfile_writer
+    return container(name_or_buffer)
+  File "/venv/lib/python3.10/site-packages/torch/serialization.py", line 288, in __init__
+    super().__init__(torch._C.PyTorchFileWriter(str(name)))
+RuntimeError: File /ckpt/checkpoint_0.pt cannot be opened.
+"""
+
+EOF_ELSEWHERE = """\
+Traceback (most recent call last):
+  File "/work/serve.py", line 30, in <module>
+    line = input()
+EOFError: EOF when reading a line
+"""
+
+
+def test_a_generic_exception_inside_torch_load_is_a_checkpoint_that_cannot_be_read():
+    d = _diagnose(LOAD_EOF)
+    assert d.root_cause.error_type is ErrorType.ModelLoadingError
+    assert d.action.kind is ActionKind.NO_RETRY
+
+
+def test_the_same_module_saving_or_another_eof_is_not_a_load_failure():
+    assert _diagnose(SAVE_CANNOT_OPEN).root_cause.error_type is not ErrorType.ModelLoadingError
+    assert _diagnose(EOF_ELSEWHERE).root_cause.error_type is not ErrorType.ModelLoadingError
+
+
+# ---- CUDA's unknown error names no GPU: investigate (the probe decides) -------------------------
+
+CUDA_UNKNOWN = STEP + """\
+Traceback (most recent call last):
+  File "train.py", line 300, in <module>
+    loss.backward()
+RuntimeError: CUDA error: unknown error
+CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
+"""
+
+TF_CHECK_999 = """\
+2024-01-01 12:00:00.000000: F tensorflow/core/common_runtime/gpu/gpu_device.cc:200] Check failed: err == cudaSuccess (999 vs. 0)
+"""
+
+CUDA_UNKNOWN_WITH_XID = STEP + """\
+[ 9912.112233] NVRM: Xid (PCI:0000:3b:00): 79, pid=2211, GPU has fallen off the bus.
+RuntimeError: CUDA error: unknown error
+"""
+
+
+def test_cuda_unknown_error_alone_is_investigated_not_isolated():
+    for log in (CUDA_UNKNOWN, TF_CHECK_999):
+        d = _diagnose(log)
+        assert d.root_cause.error_type is ErrorType.CUDAError, log
+        assert d.action.kind is ActionKind.INVESTIGATE, log
+
+
+def test_cuda_unknown_error_beside_a_hardware_xid_still_isolates():
+    d = _diagnose(CUDA_UNKNOWN_WITH_XID)
+    assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
+
+
+# ---- XLA: a device buffer that could not be allocated ------------------------------------------
+
+XLA_DEVICE_BUFFER = """\
+RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 196.00M. That was not possible. There are 134.44M free.; (1x0x0_HBM0): while running replica 0 and partition 0 of a replicated computation (other replicas may have failed as well).
+##### Command execution on worker 3 failed with exit status 1. Continuing.
+"""
+
+
+def test_an_xla_device_buffer_allocation_is_out_of_memory():
+    d = _diagnose(XLA_DEVICE_BUFFER)
+    assert d.root_cause.error_type is ErrorType.OutOfMemoryError
+
+
+# ---- Slurm: the step daemon that could not kill the step names its node ------------------------
+
+SLURM_KILL_TASK_FAILED = """\
+[2020-12-14T09:43:55.500] [63532.0] error: *** STEP 63532.0 ON cn106 CANCELLED AT 2020-12-14T09:43:55 ***
+[2020-12-14T09:43:55.502] [63532.extern] done with job
+[2020-12-14T09:44:56.002] [63532.0] error: *** STEP 63532.0 STEPD TERMINATED ON cn106 AT 2020-12-14T09:44:56 DUE TO JOB NOT ENDING WITH SIGNALS ***
+[2020-12-14T09:44:58.306] [63532.0] done with job
+"""
+
+
+def test_slurm_kill_task_failed_names_the_node_to_drain():
+    d = _diagnose(SLURM_KILL_TASK_FAILED)
+    assert d.root_cause.error_type is ErrorType.NodeFailure
+    assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
+    assert d.action.suspect_hosts == ["cn106"]
