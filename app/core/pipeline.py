@@ -158,7 +158,7 @@ class Pipeline:
         root, ev = ranking.root, ranking.root_event
         ctx = PolicyContext(
             error_type=root.error_type, category=root.category, confidence=root.confidence,
-            rule_action=ev.action if ev else None,
+            rule_action=ev.action if ev else None, rule_id=ev.rule_id if ev else None,
             event_ranks=frozenset(ev.ranks) if ev else frozenset(),
             known_ranks=frozenset(log.known_ranks),
             hosts=tuple(sorted(ev.hosts)) if ev else (),

@@ -24,6 +24,7 @@ class PolicyContext:
     category: Category
     confidence: float
     rule_action: ActionKind | None = None
+    rule_id: str | None = None  # the diagnosis rule that found the root cause
     # ranks that reported the event, and the ranks the log shows exist at all
     event_ranks: frozenset[int] = frozenset()
     known_ranks: frozenset[int] = frozenset()
@@ -272,6 +273,7 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "only_symptoms": lambda ctx: ctx.only_symptoms,
     # the log shows no training step or metric before the root cause (an excerpt may hide one)
     "before_training": lambda ctx: not ctx.trained_before,
+    "after_training": lambda ctx: ctx.trained_before,
     "loopback_interface": lambda ctx: ctx.loopback_interface,
     "socket_setup": lambda ctx: any(_SOCKET_SETUP.search(line) and "Connection refused" not in line
                                     for line in ctx.root_lines),
@@ -279,7 +281,8 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
 
 
 # the conditions that read when the failure happened (LOGDX_ABLATE=timing turns them off)
-TIMING = frozenset({"first_collective", "early_collective", "never_connected", "before_training"})
+TIMING = frozenset({"first_collective", "early_collective", "never_connected", "before_training",
+                    "after_training"})
 # the conditions that read the timed-out collectives' shape and deadline (LOGDX_ABLATE=collectives)
 SHAPE = frozenset({"scalar_collective", "mismatched_collectives", "short_timeout"})
 
@@ -316,6 +319,8 @@ def decide(ctx: PolicyContext, policies: list) -> Decision:
         if policy.error_type is not None and policy.error_type != ctx.error_type:
             continue
         if policy.category is not None and policy.category != ctx.category:
+            continue
+        if policy.rule is not None and policy.rule != ctx.rule_id:
             continue
         if policy.preceded_by is not None and not _any_line(policy.preceded_by, ctx.preceding):
             continue

@@ -177,6 +177,9 @@ class PolicySpec(Strict):
     id: RuleId
     error_type: ErrorType | None = None
     category: Category | None = None
+    # the diagnosis rule the root cause must have been found by (one message whose reading
+    # depends on when it came: CUDA's unknown error before or after the job trained)
+    rule: RuleId | None = None
     when: Annotated[list[str], After(_known_conditions)] = field(default_factory=list)
     # a regex one of the lines up to the root cause must match (its own line included): the
     # job's own step that explains the error, e.g. rank 0 tokenizing before a collective timeout

@@ -424,6 +424,10 @@ def _load_uncached(root: Path, paths: list[Path]) -> RuleSet:
                 ruleset.diagnosis.append(DiagnosisRule(spec, rel, lazy))
             else:
                 ruleset.filters.append(FilterRule(spec, rel, lazy))
+    rule_ids = {r.id for r in ruleset.diagnosis}
+    for policy in ruleset.policies:
+        if policy.rule is not None and policy.rule not in rule_ids:
+            raise RuleError(f"policy {policy.id}: `rule: {policy.rule}` names no diagnosis rule")
     ruleset.version = version.hexdigest()[:12]
     return ruleset
 
