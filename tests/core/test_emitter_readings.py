@@ -1,8 +1,8 @@
 """Readings taken from what an emitter can print rather than from one thread's wording: the
 kernel's RAS memory reports, the HNS RoCE NIC's error completions, the HSA runtime's
 out-of-resources abort, the toolchain's link failures, CPython's `-m` with no module, torch's
-checkpoint loader failing on a generic exception, CUDA's unknown error (not a GPU fault by
-itself), XLA's device-buffer allocation and Slurm's step daemon naming a node it could not
+checkpoint loader failing on a generic exception, CUDA's unknown error (a GPU fault only
+after the job trained on it), XLA's device-buffer allocation and Slurm's step daemon naming a node it could not
 clean. End to end through the pipeline, each with a line of the same family that must not
 read that way."""
 
@@ -200,12 +200,13 @@ def test_the_same_module_saving_or_another_eof_is_not_a_load_failure():
     assert _diagnose(EOF_ELSEWHERE).root_cause.error_type is not ErrorType.ModelLoadingError
 
 
-# ---- CUDA's unknown error names no GPU: investigate (the probe decides) -------------------------
+# ---- CUDA's unknown error names no GPU: read by when it came --------------------------------------
 
-CUDA_UNKNOWN = STEP + """\
+CUDA_UNKNOWN_AT_START = """\
+[rank0]: Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2
 Traceback (most recent call last):
-  File "train.py", line 300, in <module>
-    loss.backward()
+  File "train.py", line 41, in <module>
+    model = model.cuda()
 RuntimeError: CUDA error: unknown error
 CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
 """
@@ -214,21 +215,25 @@ TF_CHECK_999 = """\
 2024-01-01 12:00:00.000000: F tensorflow/core/common_runtime/gpu/gpu_device.cc:200] Check failed: err == cudaSuccess (999 vs. 0)
 """
 
-CUDA_UNKNOWN_WITH_XID = STEP + """\
-[ 9912.112233] NVRM: Xid (PCI:0000:3b:00): 79, pid=2211, GPU has fallen off the bus.
+CUDA_UNKNOWN_AFTER_TRAINING = STEP + """\
+[2025-03-02 10:00:31] step 1210 loss 2.101 lr 3.0e-4
+Traceback (most recent call last):
+  File "train.py", line 300, in <module>
+    loss.backward()
 RuntimeError: CUDA error: unknown error
 """
 
 
-def test_cuda_unknown_error_alone_is_investigated_not_isolated():
-    for log in (CUDA_UNKNOWN, TF_CHECK_999):
+def test_cuda_unknown_error_before_any_training_is_investigated_not_isolated():
+    for log in (CUDA_UNKNOWN_AT_START, TF_CHECK_999):
         d = _diagnose(log)
         assert d.root_cause.error_type is ErrorType.CUDAError, log
         assert d.action.kind is ActionKind.INVESTIGATE, log
 
 
-def test_cuda_unknown_error_beside_a_hardware_xid_still_isolates():
-    d = _diagnose(CUDA_UNKNOWN_WITH_XID)
+def test_cuda_unknown_error_after_the_job_trained_isolates():
+    d = _diagnose(CUDA_UNKNOWN_AFTER_TRAINING)
+    assert d.root_cause.rule_id == "cuda-unknown-error"
     assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
 
 
