@@ -167,9 +167,11 @@ class Vocabulary:
 
     def type_line(self, text: str):
         """The entry that types this line (an `exact` one before the others, then the first of the
-        highest priority), or None."""
+        highest priority), or None. A status name that says what failed (`MASTER_CONNECTION_FAILED`)
+        is read as its words (see `spell_status_names`)."""
         if _soft(text) or _RECOVERY_NOTICE.search(text):
             return None
+        text = spell_status_names(text)
         best = None
         for spec, nouns, failure in self.entries:
             if best is not None and (best.exact, best.priority) >= (spec.exact, spec.priority):
@@ -191,6 +193,23 @@ class Vocabulary:
             if found is None or (spec.priority, -line) > (found.priority, -found.line):
                 found = Typed(spec.id, spec.error_type, spec.priority, line, text, spec.hint)
         return found
+
+
+# A library's status name in upper snake case that itself says something failed
+# (`MASTER_CONNECTION_FAILED`, `ERROR_CONNECTION_REFUSED`, `PEER_CONNECTION_LOST`): a new emitter's
+# enum is made of the same nouns and failure words as its prose, joined by underscores, which the
+# vocabulary's whole-word nouns do not see. Only names holding a failure word are spelt out (an
+# environment variable such as CUDA_VISIBLE_DEVICES or NCCL_SOCKET_IFNAME names no failure).
+_STATUS_NAME_RE = regexcache.compile(
+    r"(?<![\w.])(?=[A-Z0-9_]*(?:FAIL|ERROR|TIMEOUT|TIMED_OUT|REFUSED|RESET|LOST|UNAVAILABLE|UNREACHABLE"
+    r"|CLOSED|ABORT|DEAD|DISCONNECT))[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w.])")
+
+
+def spell_status_names(text: str) -> str:
+    """`text` with each failure-naming status name spelt as lower-case words (see _STATUS_NAME_RE)."""
+    if "_" not in text:
+        return text
+    return _STATUS_NAME_RE.sub(lambda m: m.group(0).replace("_", " ").lower(), text)
 
 
 def vocabulary_of(ruleset) -> Vocabulary:

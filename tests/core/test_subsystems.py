@@ -249,3 +249,23 @@ def test_an_entry_with_both_readings_or_neither_is_a_rule_error(tmp_path):
     (rules / "subsystems.yaml").write_text(text)
     with pytest.raises(RuleError, match="one of the two"):
         load_rules(rules, overlay=None)
+
+
+@pytest.mark.parametrize("line, rule_id", [
+    ("pcclConnect failed with error: MASTER_CONNECTION_FAILED: MASTER_CONNECTION_FAILED", "subsystem.network"),
+    ("E0512 10:00:00 rdzv.cc:88] join: status=PEER_CONNECTION_LOST", "subsystem.network"),
+    ("FATAL: scheduler reported status NODE_LOST for worker 3", "subsystem.node"),
+])
+def test_a_status_name_that_says_what_failed_is_read_as_its_words(line, rule_id):
+    got = vocabulary_of(load_rules()).type_line(line)
+    assert got is not None and got.id == rule_id
+
+
+@pytest.mark.parametrize("line", [
+    "Error: CUDA_VISIBLE_DEVICES is not set",  # an environment variable names no failure
+    "ERROR: NCCL_SOCKET_IFNAME=eth0 does not match any interface on this host",
+    "ERROR: unknown option MASTER_CONNECTION_RETRIES",  # a name holding no failure word
+])
+def test_names_that_say_no_failure_stay_names(line):
+    got = vocabulary_of(load_rules()).type_line(line)
+    assert got is None or got.id not in ("subsystem.gpu", "subsystem.network")
