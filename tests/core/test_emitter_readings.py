@@ -265,3 +265,33 @@ def test_slurm_kill_task_failed_names_the_node_to_drain():
     assert d.root_cause.error_type is ErrorType.NodeFailure
     assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
     assert d.action.suspect_hosts == ["cn106"]
+
+
+# ---- the kernel's hung-task watchdog: a process stuck in the kernel ------------------------------
+
+HUNG_TASK = STEP + """\
+[  +0.000049] task:python3.11      state:D stack:    0 pid:15277 ppid: 15257 flags:0x00000002
+[  +0.000006] Call Trace:
+[  +0.000003]  <TASK>
+[  +0.000004]  __schedule+0x23d/0x590
+[  +0.000005]  uvm_page_tree_get_ptes_async+0x93/0x970 [nvidia_uvm]
+"""
+
+HUNG_TASK_AFTER_XID = STEP + """\
+[Sat Oct 12 18:35:32 2024] NVRM: Xid (PCI:0000:61:00): 79, pid=1496200, name=python3, GPU has fallen off the bus.
+[Sat Oct 12 18:38:44 2024] INFO: task cache_mgr_event:620917 blocked for more than 120 seconds.
+[Sat Oct 12 18:38:44 2024] "echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.
+"""
+
+
+def test_a_task_stuck_in_the_kernel_is_a_hang_when_nothing_else_explains_it():
+    d = _diagnose(HUNG_TASK)
+    assert d.root_cause.error_type is ErrorType.Hang
+    assert d.root_cause.rule_id == "kernel-hung-task"
+    assert d.action.kind is ActionKind.INVESTIGATE
+
+
+def test_a_hung_task_beside_a_gpu_fault_is_that_faults_consequence():
+    d = _diagnose(HUNG_TASK_AFTER_XID)
+    assert d.root_cause.error_type is not ErrorType.Hang
+    assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
