@@ -30,6 +30,7 @@ from app.core.rank import ENDS_ON_STEP, Ranking, by_vocabulary, rank_events, sta
 from app.core.rules import RuleSet, load_rules
 from app.core.secrets import redact_obj
 from app.core.subsystems import vocabulary_of
+from app.core.timestamps import line_time
 from app.core.types import Action, ActionKind, Category, DecidedBy, Diagnosis, ErrorType, Versions, family_of
 
 Source = str | Path | BinaryIO
@@ -52,6 +53,15 @@ PRECEDING_LINES = 200
 # holds the others up, so that step printed shortly before the timeout, with no training step in
 # between; a checkpoint saved hundreds of steps earlier is history, not a cause.
 PRECEDING_WINDOW = 500
+# Where the lines carry time stamps, the window is also cut in time: a step that held the others
+# up began at most the collectives' deadline before the timeout fired (torch's `Timeout(ms)=N`
+# in the root cause's lines, else its default of 30 minutes), plus PRECEDING_SLACK_S for the
+# ranks to reach the collective. A save an hour before a 10-minute deadline is history even
+# with no progress line in between.
+DEFAULT_DEADLINE_S = 1800.0
+PRECEDING_SLACK_S = 600.0
+_DEADLINE_RES = (regex.compile(r"\bTimeout\(ms\)=(\d+)"),
+                 regex.compile(r"\bran for (\d+) milliseconds before timing out"))
 # error families whose root cause has a place: its hosts are named whatever its category
 PLACED_FAMILIES = frozenset({"gpu", "network", "node"})
 
@@ -86,8 +96,27 @@ def _preceding(log: CompressedLog, ev: ErrorEvent | None) -> tuple[str, ...]:
     # closed after it, so it only has to fall in the line window
     if log.completed is not None and end - PRECEDING_WINDOW <= log.completed.line <= end:
         lines[log.completed.line] = log.completed.text or ""
-    ordered = [lines[n] for n in sorted(lines)][-PRECEDING_LINES:]
+    ordered = _within_deadline([lines[n] for n in sorted(lines)], ev)[-PRECEDING_LINES:]
     return tuple(ordered + [o.text for o in ev.occurrences[:5]])
+
+
+def _within_deadline(ordered: list[str], ev: ErrorEvent) -> list[str]:
+    """`ordered` (the window's lines in line order) without the lines time-stamped more than the
+    collectives' deadline plus PRECEDING_SLACK_S before the root cause, and the lines before them.
+    Unchanged when the root cause's time is not known or no line of its layout is that old."""
+    own = [o.text for o in ev.occurrences[:5]] or [ev.text]
+    at = next((t for t in map(line_time, own) if t is not None), None)
+    if at is None:  # the root cause's own line has no time: the last time stamp before it
+        at = next((t for t in map(line_time, reversed(ordered)) if t is not None), None)
+    if at is None:
+        return ordered
+    deadlines = [int(m.group(1)) / 1000 for text in own for rx in _DEADLINE_RES for m in rx.finditer(text)]
+    cutoff = at[1] - (max(deadlines) if deadlines else DEFAULT_DEADLINE_S) - PRECEDING_SLACK_S
+    for i in range(len(ordered) - 1, -1, -1):
+        t = line_time(ordered[i])
+        if t is not None and t[0] == at[0] and t[1] < cutoff:
+            return ordered[i + 1:]
+    return ordered
 
 
 # tqdm's meter (`32040/500150 [6:28:43<94:39:17, 1.37it/s ...]`, tqdm/std.py format_meter) with

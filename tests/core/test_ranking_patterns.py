@@ -189,6 +189,25 @@ def test_a_save_running_when_the_timeout_fired_is_its_cause_in_a_periodic_saving
     assert (d.root_cause.error_type, d.action.kind) == ("NCCLTimeoutError", "no_retry"), d.action
 
 
+TIMED_SAVE = """\
+[2025-03-02 10:00:01] step 41000 loss 2.113 lr 3.0e-4
+[2025-03-02 10:00:31] step 41010 loss 2.101 lr 3.0e-4
+[2025-03-02 {save}] Saving model checkpoint to /ckpt/run7/checkpoint-41010
+[2025-03-02 11:58:00] INFO data loader: shard 118 opened
+[2025-03-02 12:10:00] [rank3]:[E302 12:10:00.000000 4003 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=45012, OpType=ALLREDUCE, NumelIn=262144000, NumelOut=262144000, Timeout(ms)=600000) ran for 600046 milliseconds before timing out.
+"""
+
+
+def test_a_save_older_than_the_collectives_deadline_is_not_its_cause(pipe):
+    # no training step between the save and the timeout, but the time stamps say the save began
+    # two hours before a collective with a 10-minute deadline: history, not the step it waited on
+    d = run(pipe, TIMED_SAVE.format(save="10:01:00"))
+    assert (d.root_cause.error_type, d.action.kind) == ("NCCLTimeoutError", "retry"), d.action
+    # six minutes before it, within the deadline: the save held the others up
+    d = run(pipe, TIMED_SAVE.format(save="12:04:00"))
+    assert (d.root_cause.error_type, d.action.kind) == ("NCCLTimeoutError", "no_retry"), d.action
+
+
 def test_a_timeout_with_no_visible_cause_is_retried(pipe):
     # restart from the last checkpoint; the controller's fingerprint budget stops a repeat
     d = run(pipe, "\n".join(hf_steps(3) + [TIMEOUT.format(r=r) for r in range(4)]) + "\n")
