@@ -5,8 +5,6 @@ catalog (NCCL, CUDA runtime, Xid buckets, node loss, object stores, shared files
 from __future__ import annotations
 
 import io
-import shutil
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +13,6 @@ from app.core.pipeline import Pipeline
 from app.core.rules import DEFAULT_RULES_DIR, RuleError, load_rules
 from app.core.types import ActionKind, ErrorType
 
-RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
 
 CATALOG_FILES = {"catalog_nccl.yaml", "catalog_cuda.yaml", "nodeloss.yaml", "objectstore.yaml", "sharedfs.yaml", "catalog_pip.yaml", "catalog_ssh.yaml",
                  "catalog_ucx.yaml", "catalog_ofi.yaml", "catalog_ascend.yaml", "catalog_rocm.yaml", "catalog_ompi.yaml",
@@ -35,14 +32,6 @@ rules:
     pattern: 'node \\S+ is gone'
     examples: {match: ['node n1 is gone'], no_match: ['node n1 is here']}
 """
-
-
-@pytest.fixture
-def rules_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("LOGDX_RULES_CACHE_DIR", str(tmp_path / "cache"))
-    target = tmp_path / "rules"
-    shutil.copytree(RULES_MIN, target)
-    return target
 
 
 @pytest.fixture
@@ -243,7 +232,6 @@ def test_a_cpp_abort_takes_the_state_of_what_it_carries(what, expected):
            "Exception raised from query at /opt/pytorch/aten/src/ATen/cuda/CUDAEvent.h:95 (most recent call first):\n")
     d = _diagnose(log)
     assert d.root_cause.error_type is expected
-
 
 
 @pytest.mark.parametrize("status, expected", [

@@ -4,16 +4,12 @@ and a `rule:` naming no loaded diagnosis rule is a load error, not a silently de
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 from app.core.policy import PolicyContext, decide
 from app.core.rules import RuleError, load_rules
 from app.core.types import ActionKind, Category, ErrorType
 
-RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
 
 SCOPED = """\
 kind: policy
@@ -26,14 +22,6 @@ rules:
     action: retry
     reason: scoped to t-ecc after training
 """
-
-
-@pytest.fixture
-def rules_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("LOGDX_RULES_CACHE_DIR", str(tmp_path / "cache"))
-    target = tmp_path / "rules"
-    shutil.copytree(RULES_MIN, target)
-    return target
 
 
 def _ctx(rule_id: str | None, trained: bool) -> PolicyContext:

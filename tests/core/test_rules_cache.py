@@ -3,23 +3,10 @@ way around validation."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 from app.core import rules as rules_mod
 from app.core.rules import RuleError, load_rules
-
-RULES_MIN = Path(__file__).resolve().parents[1] / "data" / "rules_min"
-
-
-@pytest.fixture
-def rules_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("LOGDX_RULES_CACHE_DIR", str(tmp_path / "cache"))
-    target = tmp_path / "rules"
-    shutil.copytree(RULES_MIN, target)
-    return target
 
 
 def _summary(rs):
