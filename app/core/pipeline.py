@@ -25,7 +25,7 @@ from app.core.onset import refine_onset
 from app.core.placement import (
     JobPlacement, allocated_host, block_hosts, name_hosts, ranked_suspect_hosts, session_host,
 )
-from app.core.policy import PolicyContext, decide, silent_ranks, uses_loopback_interface
+from app.core.policy import PolicyContext, deadlines_ms, decide, silent_ranks, uses_loopback_interface
 from app.core.rank import ENDS_ON_STEP, Ranking, by_vocabulary, rank_events, stalled_root
 from app.core.rules import RuleSet, load_rules
 from app.core.secrets import redact_obj
@@ -60,8 +60,9 @@ PRECEDING_WINDOW = 500
 # with no progress line in between.
 DEFAULT_DEADLINE_S = 1800.0
 PRECEDING_SLACK_S = 600.0
-_DEADLINE_RES = (regex.compile(r"\bTimeout\(ms\)=(\d+)"),
-                 regex.compile(r"\bran for (\d+) milliseconds before timing out"))
+# (the deadline as torch's WorkNCCL names it, `Timeout(ms)=N`: policy.deadlines_ms; or how long
+# the collective ran before the watchdog gave up)
+_RAN_FOR_MS = regex.compile(r"\bran for (\d+) milliseconds before timing out")
 # error families whose root cause has a place: its hosts are named whatever its category
 PLACED_FAMILIES = frozenset({"gpu", "network", "node"})
 
@@ -96,22 +97,23 @@ def _preceding(log: CompressedLog, ev: ErrorEvent | None) -> tuple[str, ...]:
     # closed after it, so it only has to fall in the line window
     if log.completed is not None and end - PRECEDING_WINDOW <= log.completed.line <= end:
         lines[log.completed.line] = log.completed.text or ""
-    ordered = _within_deadline([lines[n] for n in sorted(lines)], ev)[-PRECEDING_LINES:]
-    return tuple(ordered + [o.text for o in ev.occurrences[:5]])
+    own = [o.text for o in ev.occurrences[:5]]
+    ordered = _within_deadline([lines[n] for n in sorted(lines)], own or [ev.text])[-PRECEDING_LINES:]
+    return tuple(ordered + own)
 
 
-def _within_deadline(ordered: list[str], ev: ErrorEvent) -> list[str]:
+def _within_deadline(ordered: list[str], own: list[str]) -> list[str]:
     """`ordered` (the window's lines in line order) without the lines time-stamped more than the
-    collectives' deadline plus PRECEDING_SLACK_S before the root cause, and the lines before them.
-    Unchanged when the root cause's time is not known or no line of its layout is that old."""
-    own = [o.text for o in ev.occurrences[:5]] or [ev.text]
+    collectives' deadline plus PRECEDING_SLACK_S before the root cause (`own`: its lines), and the
+    lines before them. Unchanged when the root cause's time is not known or no line of its layout
+    is that old."""
     at = next((t for t in map(line_time, own) if t is not None), None)
     if at is None:  # the root cause's own line has no time: the last time stamp before it
         at = next((t for t in map(line_time, reversed(ordered)) if t is not None), None)
     if at is None:
         return ordered
-    deadlines = [int(m.group(1)) / 1000 for text in own for rx in _DEADLINE_RES for m in rx.finditer(text)]
-    cutoff = at[1] - (max(deadlines) if deadlines else DEFAULT_DEADLINE_S) - PRECEDING_SLACK_S
+    deadlines = deadlines_ms(own) + [int(m.group(1)) for text in own for m in _RAN_FOR_MS.finditer(text)]
+    cutoff = at[1] - (max(deadlines) / 1000 if deadlines else DEFAULT_DEADLINE_S) - PRECEDING_SLACK_S
     for i in range(len(ordered) - 1, -1, -1):
         t = line_time(ordered[i])
         if t is not None and t[0] == at[0] and t[1] < cutoff:

@@ -110,12 +110,17 @@ _TIMEOUT_MS = regex.compile(r"\bTimeout\(ms\)=(\d+)")
 SHORT_TIMEOUT_MS = 60_000
 
 
+def deadlines_ms(lines) -> list[int]:
+    """The collectives' deadlines (`Timeout(ms)=N`) the lines name, in milliseconds."""
+    return [int(m.group(1)) for line in lines for m in _TIMEOUT_MS.finditer(line)]
+
+
 def _short_timeout(ctx: PolicyContext) -> bool:
     """Every deadline the root cause names is at most SHORT_TIMEOUT_MS: the collective waited
     longer than the job allowed, not longer than a healthy fabric takes. A rank busy with the job's
     own step (rank-0 validation, a save) outlasts a one-minute deadline on every run; a restart
     times out at the same point. Raise the timeout (or move the step off the critical path)."""
-    limits = [int(m.group(1)) for line in ctx.root_lines for m in _TIMEOUT_MS.finditer(line)]
+    limits = deadlines_ms(ctx.root_lines)
     return bool(limits) and max(limits) <= SHORT_TIMEOUT_MS
 
 
