@@ -2,8 +2,9 @@
 kernel's RAS memory reports, the HNS RoCE NIC's error completions, the HSA runtime's
 out-of-resources abort, the toolchain's link failures, CPython's `-m` with no module, torch's
 checkpoint loader failing on a generic exception, CUDA's unknown error (a GPU fault only
-after the job trained on it), XLA's device-buffer allocation and Slurm's step daemon naming a node it could not
-clean. End to end through the pipeline, each with a line of the same family that must not
+after the job trained on it), XLA's device-buffer allocation, Slurm's step daemon naming a node it could not
+clean, a hung task's call trace inside a shared file system, PaddlePaddle's launcher reporting a
+killed worker and torch's activation-checkpoint mismatch. End to end through the pipeline, each with a line of the same family that must not
 read that way."""
 
 from __future__ import annotations
@@ -295,3 +296,86 @@ def test_a_hung_task_beside_a_gpu_fault_is_that_faults_consequence():
     d = _diagnose(HUNG_TASK_AFTER_XID)
     assert d.root_cause.error_type is not ErrorType.Hang
     assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
+
+
+# ---- the same hung task, stuck inside a shared file system's module ----------------------------
+
+HUNG_TASK_IN_GPFS = STEP + """\
+[Sat Mar  4 04:10:52 2023] INFO: task python:280058 blocked for more than 120 seconds.
+[Sat Mar  4 04:10:52 2023] task:python          state:D stack:    0 pid:280058 ppid:279966 flags:0x00000080
+[Sat Mar  4 04:10:52 2023] Call Trace:
+[Sat Mar  4 04:10:52 2023]  __schedule+0x2d1/0x860
+[Sat Mar  4 04:10:52 2023]  cxiWaitEventWait+0x208/0x330 [mmfslinux]
+[Sat Mar  4 04:10:52 2023]  _ZN13KernelMailbox21sendToDaemonWithReplyEv+0x250/0x3e0 [mmfs26]
+"""
+
+HUNG_TASK_IN_NFS = STEP + """\
+[ 7320.118202] INFO: task python:4411 blocked for more than 122 seconds.
+[ 7320.118260] Call Trace:
+[ 7320.118270]  __schedule+0x2e3/0x740
+[ 7320.118290]  rpc_wait_bit_killable+0x1e/0x90 [sunrpc]
+[ 7320.118301]  nfs_updatepage+0x1b2/0x9a0 [nfs]
+"""
+
+
+def test_a_task_stuck_in_a_shared_file_system_is_the_storage():
+    for text in (HUNG_TASK_IN_GPFS, HUNG_TASK_IN_NFS):
+        d = _diagnose(text)
+        assert d.root_cause.error_type is ErrorType.StorageError
+        assert d.root_cause.rule_id == "kernel-trace-shared-fs"
+        assert d.action.kind is ActionKind.RETRY
+
+
+def test_a_task_stuck_in_the_gpu_driver_or_a_local_disk_stays_a_hang():
+    local = HUNG_TASK.replace("[nvidia_uvm]", "[ext4]")
+    for text in (HUNG_TASK, local):
+        assert _diagnose(text).root_cause.error_type is ErrorType.Hang
+
+
+# ---- PaddlePaddle's launcher reporting a worker's return code -----------------------------------
+
+PADDLE_CONTAINER = """\
+LAUNCH INFO 2024-03-10 00:35:50,211 Pod failed
+LAUNCH ERROR 2024-03-10 00:35:50,216 Container failed !!!
+Container rank 0 status failed cmd ['/usr/bin/python', '-u', 'tools/train.py', '-c', 'rec.yml'] code {code} log ./debug/workerlog.0
+"""
+
+
+def test_paddle_launch_reporting_a_sigkilled_worker_is_the_host_oom_killer():
+    d = _diagnose(PADDLE_CONTAINER.format(code=-9))
+    assert d.root_cause.error_type is ErrorType.HostOOMKilled
+    assert d.action.kind is ActionKind.NO_RETRY
+
+
+def test_paddle_launch_reporting_a_plain_exit_code_names_no_cause():
+    d = _diagnose(PADDLE_CONTAINER.format(code=1))
+    assert d.root_cause.error_type is not ErrorType.HostOOMKilled
+
+
+# ---- torch's activation checkpointing finding a recomputation that differs ---------------------
+
+CHECKPOINT_MISMATCH = """\
+Traceback (most recent call last):
+  File "train.py", line 88, in <module>
+    loss.backward()
+  File "/opt/conda/lib/python3.11/site-packages/torch/utils/checkpoint.py", line 902, in check_recomputed_tensors_match
+    raise CheckpointError(
+torch.utils.checkpoint.CheckpointError: torch.utils.checkpoint: Recomputed values for the following tensors have different metadata than during the forward pass.
+tensor at position 14:
+saved metadata: {'shape': torch.Size([2047, 1]), 'dtype': torch.float32, 'device': device(type='cuda', index=0)}
+recomputed metadata: {'shape': torch.Size([4094, 1]), 'dtype': torch.float32, 'device': device(type='cuda', index=0)}
+"""
+
+CHECKPOINT_MISMATCH_TAIL = """\
+[rank0]: tensor at position 158:
+[rank0]: saved metadata: {'shape': torch.Size([5120]), 'dtype': torch.bfloat16, 'device': device(type='cuda', index=0)}
+[rank0]: recomputed metadata: {'shape': torch.Size([0]), 'dtype': torch.bfloat16, 'device': device(type='cuda', index=0)}
+W0908 17:08:01.837000 3889263 site-packages/torch/distributed/elastic/multiprocessing/api.py:900] Sending process 3889428 closing signal SIGTERM
+"""
+
+
+def test_an_activation_checkpoint_mismatch_is_the_jobs_own_code_with_or_without_its_header():
+    for text in (CHECKPOINT_MISMATCH, CHECKPOINT_MISMATCH_TAIL):
+        d = _diagnose(text)
+        assert d.root_cause.error_type is ErrorType.RuntimeError
+        assert d.action.kind is ActionKind.NO_RETRY
