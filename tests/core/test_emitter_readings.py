@@ -4,7 +4,8 @@ out-of-resources abort, the toolchain's link failures, CPython's `-m` with no mo
 checkpoint loader failing on a generic exception, CUDA's unknown error (a GPU fault only
 after the job trained on it), XLA's device-buffer allocation, Slurm's step daemon naming a node it could not
 clean, a hung task's call trace inside a shared file system, PaddlePaddle's launcher reporting a
-killed worker and torch's activation-checkpoint mismatch. End to end through the pipeline, each with a line of the same family that must not
+killed worker, torch's activation-checkpoint mismatch and NCCL reading a topology field as
+optional. End to end through the pipeline, each with a line of the same family that must not
 read that way."""
 
 from __future__ import annotations
@@ -379,3 +380,20 @@ def test_an_activation_checkpoint_mismatch_is_the_jobs_own_code_with_or_without_
         d = _diagnose(text)
         assert d.root_cause.error_type is ErrorType.RuntimeError
         assert d.action.kind is ActionKind.NO_RETRY
+
+
+# ---- NCCL's topology attributes: an INFO line is a field read as optional, the WARN a failure ---
+
+NCCL_TOPO_INFO = """\
+NCCL version 2.7.8+cuda11.1
+gpu23:1513:1527 [1] NCCL INFO Attribute coll of node net not found
+gpu23:1513:1527 [1] NCCL INFO Attribute coll of node net not found
+gpu23:1513:1527 [1] NCCL INFO Channel 00 : 0[2000] -> 1[3000] via P2P/IPC
+"""
+
+
+def test_nccl_reading_a_topology_field_as_optional_is_no_failure():
+    d = _diagnose(NCCL_TOPO_INFO)
+    assert d.root_cause.error_type is ErrorType.Unknown
+    warned = NCCL_TOPO_INFO.replace("NCCL INFO Attribute", "graph/xml.h:101 NCCL WARN Attribute")
+    assert _diagnose(warned).root_cause.error_type is ErrorType.NetworkError
