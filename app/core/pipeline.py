@@ -238,7 +238,9 @@ class Pipeline:
         printers = {h for h in log.known_hosts if h.lower() not in PLACEHOLDER_HOSTS}
         local = family_of(root.error_type.value) == "gpu" or (ev is not None and bool(ev.gpus))
         sole = next(iter(printers)) if len(printers) == 1 and local else None
-        allocated = (allocated_host(log.templates) if action.kind is ActionKind.ISOLATE_AND_RESTART
+        placed = ev is not None and ablation.enabled("hosts") and (
+            root.category is Category.INFRASTRUCTURE or family_of(root.error_type.value) in PLACED_FAMILIES)
+        allocated = (allocated_host(log.templates) if (action.kind is ActionKind.ISOLATE_AND_RESTART or placed)
                      and not action.suspect_hosts and ablation.enabled("hosts") else None)
         return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session, sole_host=sole,
-                          allocated=allocated)
+                          allocated=allocated, placed=placed)

@@ -248,12 +248,23 @@ def allocated_host(templates) -> str | None:
 
 def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement | None,
                session: str | None = None, sole_host: str | None = None,
-               allocated: str | None = None) -> Action:
+               allocated: str | None = None, placed: bool = False) -> Action:
     """An isolate action with its hosts named from the ranks it suspects (or, with no rank, from
     the shell `session` the failure was printed in, the `sole_host` every host-prefixed line of
     the log names, or the one host the scheduler's lines say the job was `allocated`), or a reason
-    saying that the node probe must find the host."""
-    if action.kind is not ActionKind.ISOLATE_AND_RESTART or action.suspect_hosts:
+    saying that the node probe must find the host. `placed`: the root cause is an infrastructure
+    fault whatever its action (a retry, an investigate): the same session, sole host or
+    allocation names the host an engineer looks at first (and the controller counts a retry's
+    hosts towards repeat offenders); no reason is added when none is found."""
+    if action.suspect_hosts:
+        return action
+    if action.kind is not ActionKind.ISOLATE_AND_RESTART:
+        where = (session, "the shell session the failure was printed in (its prompts name it)"), \
+            (sole_host, "the only host the log's lines are printed by"), \
+            (allocated, "the job's only host, as the scheduler's lines in the log record it")
+        for host, how in where if placed and not action.suspect_ranks else ():
+            if host is not None:
+                return replace(action, suspect_hosts=[host], reason=f"{action.reason} Host {host}: {how}.")
         return action
     ranks = action.suspect_ranks
     found = sorted({rank_hosts[r] for r in ranks if r in rank_hosts})

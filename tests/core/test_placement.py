@@ -180,6 +180,21 @@ def test_a_failure_printed_in_a_shell_session_names_the_prompt_host(pipeline, li
         assert "shell session" in d.action.reason or "the only host" in d.action.reason
 
 
+@pytest.mark.parametrize(("error", "host"), [
+    # a GPU fault the policy investigates (CUDA's unknown error before any training): the engineer
+    # looks at the host whose shell printed it first
+    ("RuntimeError: CUDA error: unknown error", "cn-234"),
+    # the job's own error: no host to look at
+    ("ValueError: could not broadcast input array from shape (3,) into shape (4,)", None),
+])
+def test_an_infrastructure_fault_that_does_not_isolate_still_names_its_shell_host(error, host):
+    d = Pipeline().diagnose(_log("zeyer@cn-234 ~ % python train.py", error)).diagnosis
+    assert d.action.kind is not ActionKind.ISOLATE_AND_RESTART
+    assert d.action.suspect_hosts == ([host] if host else [])
+    if host:
+        assert "shell session" in d.action.reason
+
+
 def test_a_gpu_fault_in_one_hosts_log_names_that_host(pipeline):
     """NCCL's INFO lines name one host and the failure names no rank: the log is that host's
     output, and a fault of its own GPU is there."""
