@@ -305,9 +305,10 @@ def _retries_failed(ev: ErrorEvent, events: list[ErrorEvent], last_output: int) 
     family = family_of(ev.error_type)
     if last_output <= end:
         # the last output is the loop's, unless another failure was printed after the notice
-        # (a data error raised once the retried request got through)
+        # (a data error raised once the retried request got through; a warning no rule types,
+        # Unknown, is no such failure: NCCL's `Connect to` cut short after its own retries)
         return not any(e is not ev and e.first_line > ev.last_line and family_of(e.error_type) != family
-                       for e in events)
+                       and e.error_type is not ErrorType.Unknown for e in events)
     # (a retried error of the family is the client's next attempt, not its giving up)
     return any(e is not ev and ev.last_line < e.first_line <= end and family_of(e.error_type) == family
                and not e.retried for e in events)

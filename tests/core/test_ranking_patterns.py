@@ -252,6 +252,15 @@ def test_a_log_that_ends_in_a_retry_loop_shows_the_retries_never_got_through(pip
     assert (d.root_cause.error_type, d.action.kind) == ("NetworkError", "retry")
 
 
+def test_a_retry_loop_that_ends_in_a_warning_no_rule_types_still_failed(pipe):
+    """NCCL gives up after its connect retries with a `Connect to ... failed` WARN; a post that cut
+    it short (`NCCL WARN Connect to`) is an NCCL warning no rule types: no failure of its own,
+    so the loop the log ends in is still the failure."""
+    cut = "n1:236813:236852 [1] include/socket.h:390 NCCL WARN Connect to"
+    d = run(pipe, "\n".join([RETRYING] * 3 + ["", cut]) + "\n")
+    assert d.root_cause.error_type == "NetworkError", d.root_cause
+
+
 def test_a_retry_that_got_through_is_recovered(pipe):
     d = run(pipe, "\n".join([RETRYING] * 2 + NCCL_UP + ["Loading the dataset ..."] * 3) + "\n")
     assert d.root_cause.error_type == "Unknown"
