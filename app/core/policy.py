@@ -195,6 +195,15 @@ _SOCKET_SETUP = regex.compile(
     r"\bUCX\s+ERROR\b[^\n]*?\bconnect\(fd=\d+, dest_addr=")
 
 
+# An HTTP client's request to a service on the job's own host (urllib3 / requests name the pool's
+# host, `HTTPConnectionPool(host='127.0.0.1', port=5000)`; a URL on a loopback address): a server
+# the job itself starts or expects beside it (a reward model, an environment server, an inference
+# server) that did not answer, not an external service over the network.
+_LOCAL_ENDPOINT = regex.compile(
+    r"ConnectionPool\(host='(?:127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|0\.0\.0\.0|::1)'|"
+    r"\b(?:https?|wss?)://(?:127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|0\.0\.0\.0|\[::1\])[:/]")
+
+
 # The interface a communication library picked for traffic between hosts, when it is one no other
 # host can reach: NCCL's `NET/Socket : Using [0]lo:127.0.0.1<0>` / `Bootstrap : Using lo:127.0.0.1`
 # (and the older `NET : Using interface lo:127.0.0.1`), a docker bridge (`docker0`, 172.17.0.1) or a
@@ -280,6 +289,7 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "before_training": lambda ctx: not ctx.trained_before,
     "after_training": lambda ctx: ctx.trained_before,
     "loopback_interface": lambda ctx: ctx.loopback_interface,
+    "local_endpoint": lambda ctx: any(_LOCAL_ENDPOINT.search(line) for line in ctx.root_lines),
     "socket_setup": lambda ctx: any(_SOCKET_SETUP.search(line) and "Connection refused" not in line
                                     for line in ctx.root_lines),
 }

@@ -261,6 +261,20 @@ def test_a_retry_loop_that_ends_in_a_warning_no_rule_types_still_failed(pipe):
     assert d.root_cause.error_type == "NetworkError", d.root_cause
 
 
+@pytest.mark.parametrize(("host", "action"), [
+    # a server on the job's own host (a reward model, an env server) that is not listening
+    ("127.0.0.1", "no_retry"), ("localhost", "no_retry"), ("0.0.0.0", "no_retry"),
+    # an external service over the network: the transient retry
+    ("huggingface.co", "retry"), ("10.0.0.7", "retry"),
+])
+def test_a_request_to_a_service_on_the_jobs_own_host_is_its_set_up(pipe, host, action):
+    line = (f"requests.exceptions.ConnectionError: HTTPConnectionPool(host='{host}', port=5000): Max retries "
+            "exceeded with url: /get_reward (Caused by NewConnectionError('<urllib3.connection.HTTPConnection "
+            "object at 0x7f2>: Failed to establish a new connection: [Errno 111] Connection refused'))")
+    d = run(pipe, "\n".join(["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', line]) + "\n")
+    assert (d.root_cause.error_type, d.action.kind) == ("ConnectionError", action)
+
+
 def test_a_retry_that_got_through_is_recovered(pipe):
     d = run(pipe, "\n".join([RETRYING] * 2 + NCCL_UP + ["Loading the dataset ..."] * 3) + "\n")
     assert d.root_cause.error_type == "Unknown"
