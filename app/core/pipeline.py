@@ -212,8 +212,9 @@ class Pipeline:
             ranks = sorted({o.rank for o in ev.occurrences if o.rank is not None})
         elif decision.policy_id == "nccl-timeout-silent-rank":
             ranks = silent_ranks(ctx)
-        if ev is not None and ablation.enabled("hosts") and (
-                root.category is Category.INFRASTRUCTURE or family_of(root.error_type.value) in PLACED_FAMILIES):
+        placed = ev is not None and ablation.enabled("hosts") and (
+            root.category is Category.INFRASTRUCTURE or family_of(root.error_type.value) in PLACED_FAMILIES)
+        if placed:
             # where an infrastructure fault lies, most likely first, whatever the action: only an
             # isolate drains (after the probe), a retry's hosts count towards repeat offenders
             # (infrastructure only, app/controller/recovery.py); a GPU, network or node error of
@@ -238,8 +239,6 @@ class Pipeline:
         printers = {h for h in log.known_hosts if h.lower() not in PLACEHOLDER_HOSTS}
         local = family_of(root.error_type.value) == "gpu" or (ev is not None and bool(ev.gpus))
         sole = next(iter(printers)) if len(printers) == 1 and local else None
-        placed = ev is not None and ablation.enabled("hosts") and (
-            root.category is Category.INFRASTRUCTURE or family_of(root.error_type.value) in PLACED_FAMILIES)
         allocated = (allocated_host(log.templates) if (action.kind is ActionKind.ISOLATE_AND_RESTART or placed)
                      and not action.suspect_hosts and ablation.enabled("hosts") else None)
         return name_hosts(action, rank_hosts=log.rank_hosts, job=job, session=session, sole_host=sole,

@@ -259,12 +259,12 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
     if action.suspect_hosts:
         return action
     if action.kind is not ActionKind.ISOLATE_AND_RESTART:
-        where = (session, "the shell session the failure was printed in (its prompts name it)"), \
-            (sole_host, "the only host the log's lines are printed by"), \
-            (allocated, "the job's only host, as the scheduler's lines in the log record it")
-        for host, how in where if placed and not action.suspect_ranks else ():
-            if host is not None:
-                return replace(action, suspect_hosts=[host], reason=f"{action.reason} Host {host}: {how}.")
+        if placed and not action.suspect_ranks:
+            for host, how in ((session, "the shell session the failure was printed in (its prompts name it)"),
+                              (sole_host, "the only host the log's lines are printed by"),
+                              (allocated, "the job's only host, as the scheduler's lines in the log record it")):
+                if host is not None:
+                    return replace(action, suspect_hosts=[host], reason=f"{action.reason} Host {host}: {how}.")
         return action
     ranks = action.suspect_ranks
     found = sorted({rank_hosts[r] for r in ranks if r in rank_hosts})
