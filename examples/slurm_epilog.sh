@@ -71,6 +71,13 @@ main() {
   local restarts="${SLURM_RESTART_COUNT:-${SLURM_JOB_RESTART_COUNT:-$(_field Restarts)}}"
   [[ "$restarts" =~ ^[0-9]+$ ]] || restarts=0
   local attempt=$((restarts + 1))
+  # a run ended by a requeue (`scontrol requeue` of a running job: the controller restarting a
+  # hung one) has its restart already counted when the epilog runs, and Slurm has cleared the
+  # run's times for the next one (EndTime=Unknown, RunTime=00:00:00; a run that ended shows its
+  # EndTime): it was attempt `restarts`, not the next one, whose own epilog comes later
+  if (( restarts > 0 )) && [[ -n "$rec" && "$(_field EndTime)" == Unknown ]]; then
+    attempt=$restarts
+  fi
   local exit_code="${LOGDX_EXIT_CODE:-$(_field ExitCode)}"
   exit_code="${exit_code:-${SLURM_JOB_EXIT_CODE2:-}}"
   if [[ -z "$state" && -n "$rec" ]]; then
