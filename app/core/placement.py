@@ -258,37 +258,17 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
     hosts towards repeat offenders); no reason is added when none is found."""
     if action.suspect_hosts:
         return action
-    if action.kind is not ActionKind.ISOLATE_AND_RESTART:
-        if placed and not action.suspect_ranks:
-            for host, how in ((session, "the shell session the failure was printed in (its prompts name it)"),
-                              (sole_host, "the only host the log's lines are printed by"),
-                              (allocated, "the job's only host, as the scheduler's lines in the log record it")):
-                if host is not None:
-                    return replace(action, suspect_hosts=[host], reason=f"{action.reason} Host {host}: {how}.")
-        return action
     ranks = action.suspect_ranks
+    if action.kind is not ActionKind.ISOLATE_AND_RESTART:
+        return (_one_host(action, session, sole_host, allocated) or action) if placed and not ranks else action
     found = sorted({rank_hosts[r] for r in ranks if r in rank_hosts})
     if found:
         return replace(
             action, suspect_hosts=found[:32],
             reason=(f"{action.reason} Host(s) of rank(s) {_ranks(ranks)} as the log maps them "
                     "(NCCL init lines, torchrun's failure summary, MPICH's abort report)."))
-    if session is not None:
-        return replace(
-            action, suspect_hosts=[session],
-            reason=f"{action.reason} Host {session}: the shell session the failure was printed in "
-                   "(its prompts name it).")
-    if sole_host is not None and not ranks:
-        # the log is one host's output (every line that names its printer names this one): the
-        # process that hit a fault of its own GPU ran there (the caller passes it for GPU faults)
-        return replace(
-            action, suspect_hosts=[sole_host],
-            reason=f"{action.reason} Host {sole_host}: the only host the log's lines are printed by.")
-    if allocated is not None:
-        return replace(
-            action, suspect_hosts=[allocated],
-            reason=f"{action.reason} Host {allocated}: the job's only host, as the scheduler's lines "
-                   "in the log record it.")
+    if (named := _one_host(action, session, sole_host if not ranks else None, allocated)) is not None:
+        return named
     if job is not None:
         found = sorted({h for h in (job.host_of(r) for r in ranks) if h})
         if found:
@@ -302,6 +282,20 @@ def name_hosts(action: Action, *, rank_hosts: dict[int, str], job: JobPlacement 
         f"{action.reason} {NO_HOST} ({why}: the log has no host prefixes or NCCL init "
         "lines, and the job was not registered with its hosts and GPU count): probe the job's "
         "nodes (two-round allgather) to find it; drain only a node that fails the probe."))
+
+
+def _one_host(action: Action, session: str | None, sole_host: str | None, allocated: str | None) -> Action | None:
+    """The action with the one host the log places the failure on, in this order of trust: the
+    shell `session` it was printed in, the `sole_host` every host-prefixed line names (the log is
+    one host's output: the process that hit a fault of its own GPU ran there; the caller passes it
+    for GPU faults), the one host the scheduler's lines say the job was `allocated`; None when
+    there is none."""
+    for host, how in ((session, "the shell session the failure was printed in (its prompts name it)"),
+                      (sole_host, "the only host the log's lines are printed by"),
+                      (allocated, "the job's only host, as the scheduler's lines in the log record it")):
+        if host is not None:
+            return replace(action, suspect_hosts=[host], reason=f"{action.reason} Host {host}: {how}.")
+    return None
 
 
 def _ranks(ranks: list[int]) -> str:
