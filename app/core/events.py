@@ -64,6 +64,7 @@ class ErrorEvent:
     gives_up_after: frozenset[ErrorType] = frozenset()  # its rule's `gives_up_after` (see rank.py)
     gave_up_on: bool = False  # a client gave up after this error (rank.py `mark_give_ups`)
     last_resort: bool = False  # its rule's `last_resort` (see rank.py `by_vocabulary`)
+    on_printer: bool = False  # its rule's `on_printer`: the fault is the printing host's own (pipeline.py)
 
 
 def _canonical(name: str | None) -> ErrorType | None:
@@ -130,7 +131,7 @@ def events_from_log(log: CompressedLog, exceptions=None) -> list[ErrorEvent]:
                 rule_id=occ.rule.id, first_line=occ.line, count=0, text=occ.text,
                 action=spec.action, hint=spec.hint, first_rank=occ.rank, first_host=occ.host,
                 teardown_alone=spec.teardown_alone, gives_up_after=frozenset(spec.gives_up_after),
-                last_resort=spec.last_resort)
+                last_resort=spec.last_resort, on_printer=spec.on_printer)
             if cls is not None:
                 ev.role, ev.priority, ev.rule_id, ev.hint, ev.action = cls.role, cls.priority, cls.rule_id, cls.hint, cls.action
                 ev.last_resort = False

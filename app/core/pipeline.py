@@ -235,9 +235,10 @@ class Pipeline:
         session = session_host(log.templates, ev.first_line) if ev is not None else None
         # a GPU fault is the reporting process's own GPU: in one host's log, that host (a node
         # loss is reported by the survivors, so never the printing host, unless the message names
-        # the lost GPU by its bus id: a GPU gone from the host that printed it)
+        # the lost GPU by its bus id: a GPU gone from the host that printed it, or is the host's
+        # report about itself: its rule's `on_printer`, a VM's own preemption notice)
         printers = {h for h in log.known_hosts if h.lower() not in PLACEHOLDER_HOSTS}
-        local = family_of(root.error_type.value) == "gpu" or (ev is not None and bool(ev.gpus))
+        local = family_of(root.error_type.value) == "gpu" or (ev is not None and (bool(ev.gpus) or ev.on_printer))
         sole = next(iter(printers)) if len(printers) == 1 and local else None
         allocated = (allocated_host(log.templates) if (action.kind is ActionKind.ISOLATE_AND_RESTART or placed)
                      and not action.suspect_hosts and ablation.enabled("hosts") else None)

@@ -73,6 +73,11 @@ class DiagnosisRuleSpec(_RuleBase):
     # first, as for an untyped failure, and this reading stands only when the vocabulary names
     # nothing (rank.py `by_vocabulary`)
     last_resort: bool = False
+    # the message is a host's report about itself (a VM's own metadata service announcing its
+    # preemption, its own power key): the node it concerns is the host that printed it, so a log
+    # printed by one host names that host (pipeline.py), where a node loss is otherwise reported
+    # by the survivors and never names the printer
+    on_printer: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

@@ -4,8 +4,8 @@ out-of-resources abort, the toolchain's link failures, CPython's `-m` with no mo
 checkpoint loader failing on a generic exception, CUDA's unknown error (a GPU fault only
 after the job trained on it), XLA's device-buffer allocation, Slurm's step daemon naming a node it could not
 clean, a hung task's call trace inside a shared file system, PaddlePaddle's launcher reporting a
-killed worker, torch's activation-checkpoint mismatch and NCCL reading a topology field as
-optional. End to end through the pipeline, each with a line of the same family that must not
+killed worker, torch's activation-checkpoint mismatch, NCCL reading a topology field as
+optional, and an HTTP client's status (401/403 refused, 5xx and 429 passing). End to end through the pipeline, each with a line of the same family that must not
 read that way."""
 
 from __future__ import annotations
@@ -397,3 +397,26 @@ def test_nccl_reading_a_topology_field_as_optional_is_no_failure():
     assert d.root_cause.error_type is ErrorType.Unknown
     warned = NCCL_TOPO_INFO.replace("NCCL INFO Attribute", "graph/xml.h:101 NCCL WARN Attribute")
     assert _diagnose(warned).root_cause.error_type is ErrorType.NetworkError
+
+
+# ---- an HTTP status is the server's verdict: 401/403 refuse, 5xx/429 pass ------------------------
+
+def test_an_http_access_refusal_is_the_jobs_own_credentials_whatever_the_client():
+    for line in ("requests.exceptions.HTTPError: 403 Client Error: Forbidden for url: https://huggingface.co/org/m.git/info/lfs/objects/batch",
+                 "HfHubHTTPError: 403 Client Error: Forbidden for url: https://huggingface.co/api/models/org/m/commit/main",
+                 "urllib.error.HTTPError: HTTP Error 401: Unauthorized"):
+        d = _diagnose(STEP + "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n" + line + "\n")
+        assert (d.root_cause.error_type, d.action.kind) == (ErrorType.PermissionError, ActionKind.NO_RETRY), line
+    d = _diagnose(STEP + "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+                  "requests.exceptions.HTTPError: 503 Server Error: Service Unavailable for url: https://huggingface.co/x\n")
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.ConnectionError, ActionKind.RETRY)
+
+
+def test_a_client_logging_a_server_error_status_is_a_passing_service_fault():
+    for line in ("2022-07-19 21:15:58,526 ERROR   MainThread:2484870 [internal_api.py:execute():143] 500 response executing GraphQL.",
+                 "Ultralytics: Unhandled server error. Retrying 10x for 3600s. If this issue persists please visit "
+                 "https://github.com/ultralytics/hub/issues for assistance. (500 #4)"):
+        d = _diagnose(STEP + line + "\n")
+        assert (d.root_cause.error_type, d.action.kind) == (ErrorType.ConnectionError, ActionKind.RETRY), line
+    d = _diagnose(STEP + "2022-07-19 21:15:58,526 ERROR   MainThread:1 [internal_api.py:execute():143] 404 response executing GraphQL.\n")
+    assert d.root_cause.error_type is not ErrorType.ConnectionError

@@ -266,3 +266,26 @@ def test_a_node_failure_of_a_one_host_job_names_its_host(allocation, host):
     d = Pipeline().diagnose(_log(*lines)).diagnosis  # the shipped rules (Slurm's NODE_FAIL)
     assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
     assert d.action.suspect_hosts == ([host] if host else [])
+
+
+@pytest.mark.parametrize("notice", [
+    "2025/04/03 00:21:04 GCP Metadata Service says termination is imminent",
+    "systemd-logind[812]: Power key pressed.",
+])
+def test_a_vms_own_preemption_notice_names_the_vm_that_printed_it(notice):
+    """A VM's metadata service tells that VM it is being taken back: in one host's log, the lost
+    node is the printing host (the survivor rule above does not apply to a report about itself)."""
+    lines = [f"Apr  3 00:21:04 train-vm-7 start-worker[925]: {notice}",
+             "Apr  3 00:21:06 train-vm-7 start-worker[925]: 2025/04/03 00:21:04 PUT /artifacts/model.npz.yml"]
+    d = Pipeline().diagnose(_log(*lines)).diagnosis  # the shipped rules (cloud-instance-reclaimed)
+    assert d.root_cause.error_type.value == "NodeFailure"
+    assert d.action.kind is ActionKind.ISOLATE_AND_RESTART
+    assert d.action.suspect_hosts == ["train-vm-7"]
+
+
+def test_a_preemption_notice_in_a_log_of_several_hosts_names_none_of_them():
+    lines = ["Apr  3 00:21:03 train-vm-6 start-worker[911]: step 1200 loss 2.113",
+             "Apr  3 00:21:04 train-vm-7 start-worker[925]: GCP Metadata Service says termination is imminent"]
+    d = Pipeline().diagnose(_log(*lines)).diagnosis
+    assert d.root_cause.error_type.value == "NodeFailure"
+    assert "train-vm-6" not in d.action.suspect_hosts
