@@ -50,6 +50,9 @@ MPICH_ABORT = "MPICH ERROR [Rank "
 _MPICH_ABORT_RE = regexcache.compile(
     r"MPICH ERROR \[Rank (?P<rank>\d{1,7})\] \[job id [^\]]*\] \[[^\]]*\] (?:\[unknown\] )?"
     r"\[(?P<host>" + _PROMPT_HOST + r")\]")
+# PALS (HPE Cray's mpiexec) on a rank that ended with an error: `<host>: rank 7 exited with code 1`
+PALS_EXIT = " exited with code "
+_PALS_EXIT_RE = regexcache.compile(r"^(?P<host>" + _PROMPT_HOST + r"): rank (?P<rank>\d{1,7}) exited with code [1-9]\d*\s*$")
 # the same, with the host as group 1 like every host pattern
 _MPICH_HOST_RE = regexcache.compile(_MPICH_ABORT_RE.pattern.replace("(?P<rank>", "(?:").replace("(?P<host>", "("))
 # what a program prints where it could not tell its host name (rdma-core's mlx5 provider prints
@@ -279,10 +282,15 @@ def prompt_host(text: str) -> str | None:
 
 
 def mpich_abort(text: str) -> tuple[int, str] | None:
-    """(rank, host) from Cray MPICH's abort report."""
-    if MPICH_ABORT not in text:
+    """(rank, host) from Cray MPICH's abort report, or from PALS's report of a rank that exited
+    (`x4610c4s3b0n0.hsn.cm.aurora.alcf.anl.gov: rank 7 exited with code 1`: mpiexec on HPE
+    Cray systems, printed where the rank ran)."""
+    if MPICH_ABORT in text:
+        m = _MPICH_ABORT_RE.search(text)
+    elif PALS_EXIT in text:
+        m = _PALS_EXIT_RE.match(text)
+    else:
         return None
-    m = _MPICH_ABORT_RE.search(text)
     return (int(m.group("rank")), m.group("host")) if m else None
 
 

@@ -222,6 +222,13 @@ class Pipeline:
             # host the engineer looks at first
             isolate = decision.kind is ActionKind.ISOLATE_AND_RESTART
             hosts = ranked_suspect_hosts(ev, printers=None if isolate else 2)
+            if not hosts and not isolate and family_of(root.error_type.value) == "gpu":
+                # a GPU fault is the printing rank's own device: the hosts of those ranks, where
+                # the log maps ranks to hosts (an isolate maps its suspect ranks in name_hosts);
+                # as for printers, an error on more than two hosts points at none of them (a
+                # collective timeout, printed by the survivors, never names them)
+                mapped = sorted({log.rank_hosts[o.rank] for o in ev.occurrences if o.rank in log.rank_hosts})
+                hosts = mapped if len(mapped) <= 2 else []
             if not hosts:  # a multi-line message names the other end below its first line
                 hosts = block_hosts(ev, log)
             if not hosts:  # "remote process exited or network error": the IB error beside it names the peer

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from app.core import regexcache
 from app.core.fields import (
-    MPICH_ABORT, PLACEHOLDER_HOSTS, block_line_host, field_line_host, located_hosts, mpich_abort, prompt_host,
+    MPICH_ABORT, PALS_EXIT, PLACEHOLDER_HOSTS, block_line_host, field_line_host, located_hosts, mpich_abort, prompt_host,
     split_launcher_prefix,
 )
 from app.core.types import Action, ActionKind
@@ -119,8 +119,8 @@ class RankHosts:
     def note_kept_line(self, text: str) -> None:
         """torchrun's failure summary: a `host :` line, then the `rank :` of that process (also
         behind a launcher's prefix: then the two lines pair up by prefix, as hosts' output
-        interleaves); an MPICH abort report."""
-        if not self._summary_host and MPICH_ABORT not in text and not _summary_hint(text):
+        interleaves); an MPICH abort report; PALS's report of a rank that exited."""
+        if not self._summary_host and MPICH_ABORT not in text and PALS_EXIT not in text and not _summary_hint(text):
             return  # (nothing to pair up or to end, no summary or MPICH line: most kept lines)
         prefix, own = split_launcher_prefix(text)
         if own[:1] not in (" ", "\t"):

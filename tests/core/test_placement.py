@@ -270,12 +270,13 @@ def test_a_node_failure_of_a_one_host_job_names_its_host(allocation, host):
 
 @pytest.mark.parametrize("notice", [
     "2025/04/03 00:21:04 GCP Metadata Service says termination is imminent",
-    "systemd-logind[812]: Power key pressed.",
+    "Dec  1 02:00:00 systemd-logind[812]: Power key pressed.",
 ])
 def test_a_vms_own_preemption_notice_names_the_vm_that_printed_it(notice):
     """A VM's metadata service tells that VM it is being taken back: in one host's log, the lost
     node is the printing host (the survivor rule above does not apply to a report about itself)."""
-    lines = [f"Apr  3 00:21:04 train-vm-7 start-worker[925]: {notice}",
+    # the notice as the worker wrote it (no host prefix), then the VM's syslog
+    lines = [notice,
              "Apr  3 00:21:06 train-vm-7 start-worker[925]: 2025/04/03 00:21:04 PUT /artifacts/model.npz.yml"]
     d = Pipeline().diagnose(_log(*lines)).diagnosis  # the shipped rules (cloud-instance-reclaimed)
     assert d.root_cause.error_type.value == "NodeFailure"
@@ -289,3 +290,17 @@ def test_a_preemption_notice_in_a_log_of_several_hosts_names_none_of_them():
     d = Pipeline().diagnose(_log(*lines)).diagnosis
     assert d.root_cause.error_type.value == "NodeFailure"
     assert "train-vm-6" not in d.action.suspect_hosts
+
+
+def test_a_gpu_fault_of_a_rank_that_pals_reports_exited_names_that_ranks_host():
+    """PALS (HPE Cray's mpiexec) reports each rank that ended with an error on the host it ran on:
+    the host of the rank whose GPU faulted, even where the policy only investigates."""
+    lines = ["[rank7]: RuntimeError: CUDA error: an illegal memory access was encountered",
+             "x4610c4s3b0n0.hsn.cm.aurora.alcf.anl.gov: rank 7 exited with code 1",
+             "x4610c4s3b0n1.hsn.cm.aurora.alcf.anl.gov: rank 19 exited with code 1"]
+    d = Pipeline().diagnose(_log(*lines)).diagnosis
+    assert d.root_cause.error_type.value == "CUDAError"
+    assert d.action.suspect_hosts == ["x4610c4s3b0n0.hsn.cm.aurora.alcf.anl.gov"]
+    # a rank that exited cleanly is no report of a failure, and an unmapped rank names no host
+    lines[1] = "x4610c4s3b0n0.hsn.cm.aurora.alcf.anl.gov: rank 7 exited with code 0"
+    assert Pipeline().diagnose(_log(*lines)).diagnosis.action.suspect_hosts == []
