@@ -5,7 +5,8 @@ checkpoint loader failing on a generic exception, CUDA's unknown error (a GPU fa
 after the job trained on it), XLA's device-buffer allocation, Slurm's step daemon naming a node it could not
 clean, a hung task's call trace inside a shared file system, PaddlePaddle's launcher reporting a
 killed worker, torch's activation-checkpoint mismatch, NCCL reading a topology field as
-optional, and an HTTP client's status (401/403 refused, 5xx and 429 passing). End to end through the pipeline, each with a line of the same family that must not
+optional, an HTTP client's status (401/403 refused, 5xx and 429 passing), Slurm's job launch
+failure reason and an elastic Ray trainer losing an actor. End to end through the pipeline, each with a line of the same family that must not
 read that way."""
 
 from __future__ import annotations
@@ -420,3 +421,28 @@ def test_a_client_logging_a_server_error_status_is_a_passing_service_fault():
         assert (d.root_cause.error_type, d.action.kind) == (ErrorType.ConnectionError, ActionKind.RETRY), line
     d = _diagnose(STEP + "2022-07-19 21:15:58,526 ERROR   MainThread:1 [internal_api.py:execute():143] 404 response executing GraphQL.\n")
     assert d.root_cause.error_type is not ErrorType.ConnectionError
+
+
+# ---- node loss as a scheduler's job reason and as an elastic Ray trainer reports it ---------------
+
+def test_slurms_launch_failure_reason_is_the_node_and_its_exit_code_reason_is_not():
+    d = _diagnose("$ sbatch --exclusive -N1 -w gpu-214 --gres=gpu:8 --wrap 'sleep 20'\n"
+                  "JobId=4242 JobName=train JobState=FAILED Reason=JobLaunchFailure Dependency=(null)\n")
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NodeFailure, ActionKind.ISOLATE_AND_RESTART)
+    d = _diagnose("JobId=4242 JobName=train JobState=FAILED Reason=NonZeroExitCode Dependency=(null)\n")
+    assert d.root_cause.error_type is not ErrorType.NodeFailure
+
+
+def test_an_elastic_ray_trainer_losing_an_actor_is_a_node_loss_unless_training_went_on():
+    lost = ("2021-08-26 14:13:10,001  INFO main.py:900 -- [RayXGBoost] Training in progress (31 seconds since last restart).\n"
+            "2021-08-26 14:13:17,067  INFO elastic.py:156 -- Actor status: 7 alive, 1 dead (8 total)\n"
+            "2021-08-26 14:13:18,120  WARNING main.py:1080 -- A Ray actor died during training. Trying to continue "
+            "training on the remaining actors. This will use 7 existing actors and start 0 new actors.\n")
+    d = _diagnose(STEP + lost)
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.NodeFailure, ActionKind.ISOLATE_AND_RESTART)
+    d = _diagnose("2021-08-26 14:13:17,067  INFO elastic.py:156 -- Actor status: 8 alive, 0 dead (8 total)\n" + STEP)
+    assert d.root_cause.error_type is ErrorType.Unknown
+    # elastic training went on with the remaining actors: the job lived through it
+    went_on = "".join(f"[2025-03-02 10:{m:02d}:01] step {1300 + 100 * m} loss 2.0{m} lr 3.0e-4\n" for m in range(1, 5))
+    d = _diagnose(STEP + lost + went_on)
+    assert d.root_cause.error_type is ErrorType.Unknown
