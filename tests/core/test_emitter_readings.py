@@ -6,7 +6,8 @@ after the job trained on it), XLA's device-buffer allocation, Slurm's step daemo
 clean, a hung task's call trace inside a shared file system, PaddlePaddle's launcher reporting a
 killed worker, torch's activation-checkpoint mismatch, NCCL reading a topology field as
 optional, an HTTP client's status (401/403 refused, 5xx and 429 passing), Slurm's job launch
-failure reason and an elastic Ray trainer losing an actor. End to end through the pipeline, each with a line of the same family that must not
+failure reason, an elastic Ray trainer losing an actor and a FUSE storage client that cannot
+mount. End to end through the pipeline, each with a line of the same family that must not
 read that way."""
 
 from __future__ import annotations
@@ -445,4 +446,16 @@ def test_an_elastic_ray_trainer_losing_an_actor_is_a_node_loss_unless_training_w
     # elastic training went on with the remaining actors: the job lived through it
     went_on = "".join(f"[2025-03-02 10:{m:02d}:01] step {1300 + 100 * m} loss 2.0{m} lr 3.0e-4\n" for m in range(1, 5))
     d = _diagnose(STEP + lost + went_on)
+    assert d.root_cause.error_type is ErrorType.Unknown
+
+
+# ---- a FUSE storage client that cannot mount ------------------------------------------------------
+
+def test_a_storage_mount_that_fails_is_storage_and_one_missing_its_settings_is_not_retried():
+    d = _diagnose("AzureMLCompute job failed.\nBFSMountError: Unable to mount blob fuse file system\n")
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.StorageError, ActionKind.RETRY)
+    d = _diagnose("daemonize.Run: readFromProcess: sub-process: Error while mounting gcsfuse: mountWithArgs: "
+                  "mountWithStorageHandle: Mount: mount: exec: \"fusermount\": executable file not found in $PATH\n")
+    assert (d.root_cause.error_type, d.action.kind) == (ErrorType.StorageError, ActionKind.NO_RETRY)
+    d = _diagnose("File system has been successfully mounted.\n" + STEP)
     assert d.root_cause.error_type is ErrorType.Unknown
