@@ -42,10 +42,11 @@ _TAGS = (r"(?:[\w./-]+\.(?:log|txt|out|err)(?::\d+)?:)?"  # grep -H's `file.log:
          r"[A-Z][a-z]{2} [A-Z][a-z]{2} {1,2}\d{1,2} [\d:]{8} \d{4}(?=\[\d+,\d+\]<std))?(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\[default\d+\]:"
          r"|\[(?:rank|Rank)\d+\]:|\[\d+\])?")
 # a shell prompt: `(venv) root@node1:~/dir# cmd`, `user@host:~$ cmd`, zsh `user@host ~ % cmd`,
-# `[user@host dir]$ cmd`; the prompt's syntax says it is a host, so any host name goes
+# `[user@host dir]$ cmd`, a PS1 that shows the last exit status first (`(venv) 134 user@host:~$`);
+# the prompt's syntax says it is a host, so any host name goes
 _PROMPT_HOST = r"[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*"
 _PROMPT_RE = regexcache.compile(
-    r"^(?:\([\w.-]+\)\s+)?\[?[a-z_][\w.-]*@(" + _PROMPT_HOST + r")(?::\S*|\s+\S+)?\]?\s?[$#%](?:\s|$)")
+    r"^(?:\([\w.-]+\)\s+)?(?:\d{1,3}\s+)?\[?[a-z_][\w.-]*@(" + _PROMPT_HOST + r")(?::\S*|\s+\S+)?\]?\s?[$#%](?:\s|$)")
 MPICH_ABORT = "MPICH ERROR [Rank "
 _MPICH_ABORT_RE = regexcache.compile(
     r"MPICH ERROR \[Rank (?P<rank>\d{1,7})\] \[job id [^\]]*\] \[[^\]]*\] (?:\[unknown\] )?"

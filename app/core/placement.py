@@ -167,13 +167,18 @@ def _lines_with(buf: bytes | bytearray, needle: bytes, length: int):
 def session_host(templates, line: int) -> str | None:
     """The host of the shell session `line` was printed in: the host of the last prompt before it
     (`root@node1:~# nvidia-smi`), or None when a folded prompt line of another host may sit unseen
-    between that prompt and the line."""
+    between that prompt and the line. With no prompt before it, a prompt after it (the shell
+    came back to its prompt when the command ended) names the host when every prompt of the log
+    names that one host."""
     prompts = [t for t in templates if t.first_line < line and prompt_host(t.text)]
     seen = [(t.first_line, prompt_host(t.text)) for t in prompts]
     seen += [(t.last_line, prompt_host(t.last_line_text)) for t in prompts if t.last_line < line]
     seen = [(at, host) for at, host in seen if host]
     if not seen:
-        return None
+        later = {prompt_host(t.text) for t in templates if t.first_line > line and prompt_host(t.text)}
+        later |= {prompt_host(t.last_line_text) for t in templates if t.first_line > line and t.count > 1}
+        later.discard(None)
+        return next(iter(later)) if len(later) == 1 else None
     at, host = max(seen)
     for t in prompts:  # lines between a template's first and last are counted, not kept
         if t.count > 2 and t.last_line > at and t.hosts != {host}:

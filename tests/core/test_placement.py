@@ -304,3 +304,17 @@ def test_a_gpu_fault_of_a_rank_that_pals_reports_exited_names_that_ranks_host():
     # a rank that exited cleanly is no report of a failure, and an unmapped rank names no host
     lines[1] = "x4610c4s3b0n0.hsn.cm.aurora.alcf.anl.gov: rank 7 exited with code 0"
     assert Pipeline().diagnose(_log(*lines)).diagnosis.action.suspect_hosts == []
+
+
+@pytest.mark.parametrize(("after", "host"), [
+    # the shell came back to its prompt when the command ended (a PS1 showing the exit status)
+    (["(axolotl) 134 hotaisle@ENC1-CLS01-SVR14:~/train$ "], "ENC1-CLS01-SVR14"),
+    # prompts of two hosts after it: which terminal printed the failure is unseen
+    (["root@node1:~# exit", "root@node2:~# exit"], None),
+])
+def test_a_failure_before_any_prompt_names_the_host_of_the_prompts_after_it(after, host):
+    lines = ["HW Exception by GPU node-9 (Agent handle: 0x64ff272d8ab0) reason :GPU Hang",
+             "node-7: some other host's line", *after]
+    d = Pipeline().diagnose(_log(*lines)).diagnosis
+    assert d.root_cause.error_type.value == "CUDAError"
+    assert d.action.suspect_hosts == ([host] if host else [])
