@@ -284,12 +284,12 @@ def test_a_vms_own_preemption_notice_names_the_vm_that_printed_it(notice):
     assert d.action.suspect_hosts == ["train-vm-7"]
 
 
-def test_a_preemption_notice_in_a_log_of_several_hosts_names_none_of_them():
+def test_a_preemption_notice_in_a_log_of_several_hosts_names_only_the_vm_that_printed_it():
     lines = ["Apr  3 00:21:03 train-vm-6 start-worker[911]: step 1200 loss 2.113",
              "Apr  3 00:21:04 train-vm-7 start-worker[925]: GCP Metadata Service says termination is imminent"]
     d = Pipeline().diagnose(_log(*lines)).diagnosis
     assert d.root_cause.error_type.value == "NodeFailure"
-    assert "train-vm-6" not in d.action.suspect_hosts
+    assert d.action.suspect_hosts == ["train-vm-7"]
 
 
 def test_a_gpu_fault_of_a_rank_that_pals_reports_exited_names_that_ranks_host():
