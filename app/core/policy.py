@@ -204,6 +204,13 @@ _LOCAL_ENDPOINT = regex.compile(
     r"\b(?:https?|wss?)://(?:127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|0\.0\.0\.0|\[::1\])[:/]")
 
 
+# A connect to an IPv4 address in 0.0.0.0/8 other than 0.0.0.0 ("this network", RFC 1122: no host
+# has one): what the resolver (inet_aton) makes of a host name of digits only, `05` -> 0.0.0.5,
+# `6841231` -> 0.104.99.143; c10d prints it plain or IPv4-mapped (`[::ffff:0.0.0.5]:40323`).
+_NUMERIC_HOST_ADDRESS = regex.compile(
+    r"\bconnect(?:ing)? to \[?(?:::ffff:)?\(?0\.(?:[1-9]\d{0,2}\.\d{1,3}\.\d{1,3}|0\.[1-9]\d{0,2}\.\d{1,3}|0\.0\.[1-9]\d{0,2})\b")
+
+
 # The interface a communication library picked for traffic between hosts, when it is one no other
 # host can reach: NCCL's `NET/Socket : Using [0]lo:127.0.0.1<0>` / `Bootstrap : Using lo:127.0.0.1`
 # (and the older `NET : Using interface lo:127.0.0.1`), a docker bridge (`docker0`, 172.17.0.1) or a
@@ -290,6 +297,7 @@ CONDITIONS: dict[str, Callable[[PolicyContext], bool]] = {
     "after_training": lambda ctx: ctx.trained_before,
     "loopback_interface": lambda ctx: ctx.loopback_interface,
     "local_endpoint": lambda ctx: any(_LOCAL_ENDPOINT.search(line) for line in ctx.root_lines),
+    "numeric_host_address": lambda ctx: any(_NUMERIC_HOST_ADDRESS.search(line) for line in ctx.root_lines),
     "socket_setup": lambda ctx: any(_SOCKET_SETUP.search(line) and "Connection refused" not in line
                                     for line in ctx.root_lines),
 }

@@ -1,6 +1,7 @@
 """A job whose processes never met (a client could not reach the rendezvous endpoint before any
 training) investigates: a wrong address or port, a firewall or the wrong interface of a multi-NIC
-host fails the same way on restart. The same connection lost after training ran stays a retry."""
+host fails the same way on restart. The same connection lost after training ran stays a retry. An address
+no host has (0.0.0.0/8: a host name of digits only read as an IPv4 number) is the set-up, no_retry."""
 
 from __future__ import annotations
 
@@ -155,3 +156,17 @@ def test_open_mpis_help_text_for_a_tcp_connect_that_failed_before_training_is_se
     assert (d.root_cause.error_type, d.action.kind) == ("NetworkError", "no_retry")
     # after training ran the same connect is a peer lost mid-run: retried
     assert _diagnose(pipe, STEPS + OMPI_CONNECT_HELP).action.kind == "retry"
+
+
+@pytest.mark.parametrize("addr, kind", [
+    ("[::ffff:0.0.0.5]:40323", "no_retry"),  # master host name `05`, read as an IPv4 number
+    ("0.104.99.143:47389", "no_retry"),  # `6841231`
+    ("10.1.2.3:29500", "investigate"),  # a real address: the rendezvous was not reached
+])
+def test_a_rendezvous_client_dialling_an_address_of_this_network_is_a_numeric_host_name(pipe, addr, kind):
+    d = _diagnose(pipe, [f"[W socket.cpp:558] [c10d] The client socket has failed to connect to {addr} "
+                         "(errno: 110 - Connection timed out)."] * 2 + [
+        "torch.distributed.DistNetworkError: The client socket has failed to connect to any network address of "
+        "(master, 40323)."])
+    assert d.root_cause.error_type.value == "NetworkError"
+    assert d.action.kind.value == kind
