@@ -1,7 +1,8 @@
 """A job whose processes never met (a client could not reach the rendezvous endpoint before any
 training) investigates: a wrong address or port, a firewall or the wrong interface of a multi-NIC
-host fails the same way on restart. The same connection lost after training ran stays a retry. An address
-no host has (0.0.0.0/8: a host name of digits only read as an IPv4 number) is the set-up, no_retry."""
+host fails the same way on restart. The same connection lost after training ran stays a retry.
+An address no host has (0.0.0.0/8: a host name of digits only read as an IPv4 number) is the
+set-up, no_retry."""
 
 from __future__ import annotations
 
