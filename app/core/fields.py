@@ -282,10 +282,10 @@ def prompt_host(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def mpich_abort(text: str) -> tuple[int, str] | None:
-    """(rank, host) from Cray MPICH's abort report, or from PALS's report of a rank that exited
-    (`x4610c4s3b0n0.hsn.cm.aurora.alcf.anl.gov: rank 7 exited with code 1`: mpiexec on HPE
-    Cray systems, printed where the rank ran)."""
+def failed_rank_report(text: str) -> tuple[int, str] | None:
+    """(rank, host) from a launcher's report of a rank that failed: Cray MPICH's abort report, or
+    PALS's report of a rank that exited with an error (`x4610c4s3b0n0.hsn.cm.aurora.alcf.anl.gov:
+    rank 7 exited with code 1`: mpiexec on HPE Cray systems, printed where the rank ran)."""
     if MPICH_ABORT in text:
         m = _MPICH_ABORT_RE.search(text)
     elif PALS_EXIT in text:

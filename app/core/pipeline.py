@@ -212,8 +212,9 @@ class Pipeline:
             ranks = sorted({o.rank for o in ev.occurrences if o.rank is not None})
         elif decision.policy_id == "nccl-timeout-silent-rank":
             ranks = silent_ranks(ctx)
+        family = family_of(root.error_type.value)
         placed = ev is not None and ablation.enabled("hosts") and (
-            root.category is Category.INFRASTRUCTURE or family_of(root.error_type.value) in PLACED_FAMILIES)
+            root.category is Category.INFRASTRUCTURE or family in PLACED_FAMILIES)
         if placed:
             # where an infrastructure fault lies, most likely first, whatever the action: only an
             # isolate drains (after the probe), a retry's hosts count towards repeat offenders
@@ -222,7 +223,7 @@ class Pipeline:
             # host the engineer looks at first
             isolate = decision.kind is ActionKind.ISOLATE_AND_RESTART
             hosts = ranked_suspect_hosts(ev, printers=None if isolate else 2)
-            if not hosts and not isolate and family_of(root.error_type.value) == "gpu":
+            if not hosts and not isolate and family == "gpu":
                 # a GPU fault is the printing rank's own device: the hosts of those ranks, where
                 # the log maps ranks to hosts (an isolate maps its suspect ranks in name_hosts);
                 # as for printers, an error on more than two hosts points at none of them (a
@@ -245,7 +246,7 @@ class Pipeline:
         # the lost GPU by its bus id: a GPU gone from the host that printed it, or is the host's
         # report about itself: its rule's `on_printer`, a VM's own preemption notice)
         printers = {h for h in log.known_hosts if h.lower() not in PLACEHOLDER_HOSTS}
-        local = family_of(root.error_type.value) == "gpu" or (ev is not None and (bool(ev.gpus) or ev.on_printer))
+        local = family == "gpu" or (ev is not None and (bool(ev.gpus) or ev.on_printer))
         sole = next(iter(printers)) if len(printers) == 1 and local else None
         allocated = (allocated_host(log.templates) if (action.kind is ActionKind.ISOLATE_AND_RESTART or placed)
                      and not action.suspect_hosts and ablation.enabled("hosts") else None)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from app.core import regexcache
 from app.core.fields import (
-    MPICH_ABORT, PALS_EXIT, PLACEHOLDER_HOSTS, block_line_host, field_line_host, located_hosts, mpich_abort, prompt_host,
+    MPICH_ABORT, PALS_EXIT, PLACEHOLDER_HOSTS, block_line_host, field_line_host, located_hosts, failed_rank_report, prompt_host,
     split_launcher_prefix,
 )
 from app.core.types import Action, ActionKind
@@ -124,7 +124,7 @@ class RankHosts:
             return  # (nothing to pair up or to end, no summary or MPICH line: most kept lines)
         prefix, own = split_launcher_prefix(text)
         if own[:1] not in (" ", "\t"):
-            pair = mpich_abort(text)
+            pair = failed_rank_report(text)
             if pair and len(self.summary) < MAX_RANKS:
                 self.summary.setdefault(*pair)
             self._summary_host.pop(prefix, None)
@@ -175,8 +175,7 @@ def session_host(templates, line: int) -> str | None:
     seen += [(t.last_line, prompt_host(t.last_line_text)) for t in prompts if t.last_line < line]
     seen = [(at, host) for at, host in seen if host]
     if not seen:
-        later = {prompt_host(t.text) for t in templates if t.first_line > line and prompt_host(t.text)}
-        later |= {prompt_host(t.last_line_text) for t in templates if t.first_line > line and t.count > 1}
+        later = {prompt_host(text) for t in templates if t.first_line > line for text in {t.text, t.last_line_text}}
         later.discard(None)
         return next(iter(later)) if len(later) == 1 else None
     at, host = max(seen)

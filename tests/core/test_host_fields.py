@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.core import fields
-from app.core.fields import extract_host, host_match, mpich_abort, prompt_host, rank_match
+from app.core.fields import extract_host, host_match, failed_rank_report, prompt_host, rank_match
 from app.core.keptshapes import field_ranges
 
 
@@ -127,9 +127,9 @@ def test_a_host_that_starts_with_a_digit_is_read_from_its_first_digit_run():
 
 
 def test_rank_and_host_of_an_mpich_abort_and_the_host_of_a_prompt():
-    assert mpich_abort("MPICH ERROR [Rank 5] [job id 40341.0] [Tue Dec 12 17:52:24 2023] [nid001097] - "
+    assert failed_rank_report("MPICH ERROR [Rank 5] [job id 40341.0] [Tue Dec 12 17:52:24 2023] [nid001097] - "
                        "Abort(404347151) (rank 5 in comm 0): Fatal error in PMPI_Send") == (5, "nid001097")
-    assert mpich_abort("MPICH ERROR [Rank 0] - Abort(1): Internal error") is None
+    assert failed_rank_report("MPICH ERROR [Rank 0] - Abort(1): Internal error") is None
     assert prompt_host("[alice@gpu-3 ~]$ nvidia-smi") == "gpu-3"
     assert prompt_host("alice@gpu-3 wrote: see the log") is None
     assert prompt_host("10.0.0.15: root@node1:~# ls") is None  # behind a pdsh prefix: the prefix names it
